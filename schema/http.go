@@ -1,0 +1,253 @@
+package schema
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"unicode/utf8"
+)
+
+// idRE bounds the ids that clients choose (player and NPC ids): printable,
+// no spaces or separators that could break a Redis key or a log line.
+var idRE = regexp.MustCompile(`^[A-Za-z0-9._:@-]{1,128}$`)
+
+func validID(field, s string) error {
+	if !idRE.MatchString(s) {
+		return fmt.Errorf("%s %q must be 1-128 characters of A-Z a-z 0-9 . _ : @ -", field, s)
+	}
+	return nil
+}
+
+func validText(field, s string) error {
+	if s == "" {
+		return fmt.Errorf("%s is required", field)
+	}
+	if !utf8.ValidString(s) {
+		return fmt.Errorf("%s is not valid UTF-8", field)
+	}
+	return nil
+}
+
+// CreateSessionRequest is the body of POST /v1/sessions.
+type CreateSessionRequest struct {
+	PlayerID string      `json:"player_id"`
+	NPCID    string      `json:"npc_id,omitempty"`
+	Client   *ClientMeta `json:"client,omitempty"`
+}
+
+// Validate checks the ids of a new session.
+func (r CreateSessionRequest) Validate() error {
+	if err := validID("player_id", r.PlayerID); err != nil {
+		return err
+	}
+	if r.NPCID != "" {
+		return validID("npc_id", r.NPCID)
+	}
+	return nil
+}
+
+// CreateSessionResponse answers POST /v1/sessions.
+type CreateSessionResponse struct {
+	SessionID     string `json:"session_id"`
+	Greeting      string `json:"greeting,omitempty"`
+	PolicyVersion string `json:"policy_version"`
+	Arm           string `json:"arm,omitempty"`
+}
+
+// Validate checks that the response names its session.
+func (r CreateSessionResponse) Validate() error {
+	if r.SessionID == "" || r.PolicyVersion == "" {
+		return errors.New("create session response: session_id and policy_version are required")
+	}
+	return nil
+}
+
+// MessageRequest is the body of POST /v1/sessions/{id}/messages.
+type MessageRequest struct {
+	Text string `json:"text"`
+}
+
+// Validate checks that the message has text in UTF-8.
+func (r MessageRequest) Validate() error { return validText("text", r.Text) }
+
+// MessageResponse answers a message: the NPC's reply and the exchange index.
+// With Accept: text/event-stream it is the data of the final "done" event.
+type MessageResponse struct {
+	Reply  string    `json:"reply"`
+	Turn   int       `json:"turn"`
+	Safety Safety    `json:"safety,omitempty"`
+	Ended  EndReason `json:"ended,omitempty"`
+}
+
+// Validate checks the exchange index.
+func (r MessageResponse) Validate() error {
+	if r.Turn < 1 {
+		return fmt.Errorf("message response: turn %d must be at least 1", r.Turn)
+	}
+	return nil
+}
+
+// Exchange is one user message and the NPC's reply.
+type Exchange struct {
+	Turn   int    `json:"turn"`
+	User   string `json:"user"`
+	NPC    string `json:"npc"`
+	Safety Safety `json:"safety,omitempty"`
+}
+
+// SessionView answers GET /v1/sessions/{id}: the session and its transcript.
+type SessionView struct {
+	SessionID     string     `json:"session_id"`
+	PlayerID      string     `json:"player_id"`
+	NPCID         string     `json:"npc_id"`
+	PolicyVersion string     `json:"policy_version"`
+	Arm           string     `json:"arm,omitempty"`
+	Turns         int        `json:"turns"`
+	Ended         EndReason  `json:"ended,omitempty"`
+	Transcript    []Exchange `json:"transcript"`
+}
+
+// Validate checks the view's ids and that the transcript is numbered 1..n.
+func (v SessionView) Validate() error {
+	if v.SessionID == "" || v.PlayerID == "" || v.PolicyVersion == "" {
+		return errors.New("session view: session_id, player_id and policy_version are required")
+	}
+	for i, x := range v.Transcript {
+		if x.Turn < 1 || (i > 0 && x.Turn <= v.Transcript[i-1].Turn) {
+			return fmt.Errorf("session view: transcript turn %d out of order", x.Turn)
+		}
+	}
+	return nil
+}
+
+// ErrorBody is the JSON of every error response: {"error":{"code","message"}}.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail is a machine-readable code and a human-readable message.
+type ErrorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Validate checks that the error says what happened.
+func (b ErrorBody) Validate() error {
+	if b.Error.Code == "" || b.Error.Message == "" {
+		return errors.New("error body: code and message are required")
+	}
+	return nil
+}
+
+// ChatMessage is one message of the OpenAI-compatible chat API.
+type ChatMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// ChatCompletionRequest is the body of POST /v1/chat/completions (the subset
+// of OpenAI's request that Parley honours; unknown fields are ignored).
+type ChatCompletionRequest struct {
+	Model       string        `json:"model,omitempty"`
+	Messages    []ChatMessage `json:"messages"`
+	Temperature *float64      `json:"temperature,omitempty"`
+	TopP        *float64      `json:"top_p,omitempty"`
+	MaxTokens   *int          `json:"max_tokens,omitempty"`
+	Stream      bool          `json:"stream,omitempty"`
+	User        string        `json:"user,omitempty"`
+}
+
+// Validate checks roles, texts and the sampling ranges.
+func (r ChatCompletionRequest) Validate() error {
+	if len(r.Messages) == 0 {
+		return errors.New("messages is required")
+	}
+	for i, m := range r.Messages {
+		switch m.Role {
+		case "system", "user", "assistant":
+		default:
+			return fmt.Errorf("messages[%d].role %q is not system, user or assistant", i, m.Role)
+		}
+		if !utf8.ValidString(m.Content) {
+			return fmt.Errorf("messages[%d].content is not valid UTF-8", i)
+		}
+	}
+	if r.Messages[len(r.Messages)-1].Role != "user" {
+		return errors.New("the last message must have role user")
+	}
+	if t := r.Temperature; t != nil && (*t < 0 || *t > 2) {
+		return fmt.Errorf("temperature %g must be in [0, 2]", *t)
+	}
+	if p := r.TopP; p != nil && (*p <= 0 || *p > 1) {
+		return fmt.Errorf("top_p %g must be in (0, 1]", *p)
+	}
+	if n := r.MaxTokens; n != nil && *n < 1 {
+		return fmt.Errorf("max_tokens %d must be at least 1", *n)
+	}
+	if r.User != "" {
+		return validID("user", r.User)
+	}
+	return nil
+}
+
+// ChatCompletionResponse answers a non-streaming chat completion.
+type ChatCompletionResponse struct {
+	ID      string       `json:"id"`
+	Object  string       `json:"object"` // "chat.completion"
+	Created int64        `json:"created"`
+	Model   string       `json:"model"`
+	Choices []ChatChoice `json:"choices"`
+	Usage   ChatUsage    `json:"usage"`
+}
+
+// Validate checks that the response has exactly one choice.
+func (r ChatCompletionResponse) Validate() error {
+	if r.ID == "" || r.Object != "chat.completion" || len(r.Choices) != 1 {
+		return errors.New("chat completion: id, object chat.completion and one choice are required")
+	}
+	return nil
+}
+
+// ChatChoice is one completion.
+type ChatChoice struct {
+	Index        int         `json:"index"`
+	Message      ChatMessage `json:"message"`
+	FinishReason string      `json:"finish_reason"`
+}
+
+// ChatUsage counts the tokens of a completion.
+type ChatUsage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+// ChatCompletionChunk is one server-sent event of a streaming chat completion.
+type ChatCompletionChunk struct {
+	ID      string            `json:"id"`
+	Object  string            `json:"object"` // "chat.completion.chunk"
+	Created int64             `json:"created"`
+	Model   string            `json:"model"`
+	Choices []ChatChunkChoice `json:"choices"`
+}
+
+// Validate checks the chunk's identity.
+func (c ChatCompletionChunk) Validate() error {
+	if c.ID == "" || c.Object != "chat.completion.chunk" || len(c.Choices) != 1 {
+		return errors.New("chat completion chunk: id, object chat.completion.chunk and one choice are required")
+	}
+	return nil
+}
+
+// ChatChunkChoice carries the new text of a streaming completion.
+type ChatChunkChoice struct {
+	Index        int       `json:"index"`
+	Delta        ChatDelta `json:"delta"`
+	FinishReason *string   `json:"finish_reason"`
+}
+
+// ChatDelta is the part of a message a chunk adds.
+type ChatDelta struct {
+	Role    string `json:"role,omitempty"`
+	Content string `json:"content,omitempty"`
+}
