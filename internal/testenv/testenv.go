@@ -1,0 +1,184 @@
+// Package testenv starts the real servers Parley's tests run against: a
+// redis-server on a free loopback port (or the one named by REDIS_ADDR) and a
+// Kafka-protocol broker (kfake) on loopback. Each test gets random key and
+// topic prefixes, and everything is cleaned up when the test ends.
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// RandomPrefix returns a short random string for keys and topics of one test.
+func RandomPrefix() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return "t" + hex.EncodeToString(b)
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("find a free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Redis is a Redis server for one test: its address, a client, and the key
+// prefix the test's components must use.
+type Redis struct {
+	Addr   string
+	Client *redis.Client
+	// Prefix is unique to the test, such as "parley-t1a2b3c4:".
+	Prefix string
+
+	t    testing.TB
+	port int
+	dir  string
+	cmd  *exec.Cmd
+}
+
+// StartRedis starts a redis-server on a free loopback port, or uses the server
+// at REDIS_ADDR when that is set (then Stop and Start are not available).
+// Keys under the test's prefix are deleted when the test ends.
+func StartRedis(t testing.TB) *Redis {
+	t.Helper()
+	r := &Redis{t: t, Prefix: "parley-" + RandomPrefix() + ":"}
+	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
+		r.Addr = addr
+	} else {
+		if _, err := exec.LookPath("redis-server"); err != nil {
+			t.Fatalf("redis-server is not installed (apt-get install -y redis-server) and REDIS_ADDR is not set")
+		}
+		r.port = FreePort(t)
+		r.dir = t.TempDir()
+		r.Addr = "127.0.0.1:" + strconv.Itoa(r.port)
+		r.Start()
+	}
+	r.Client = redis.NewClient(&redis.Options{Addr: r.Addr})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if r.cmd != nil {
+			r.Stop()
+		} else if keys, err := r.Client.Keys(ctx, r.Prefix+"*").Result(); err == nil && len(keys) > 0 {
+			r.Client.Del(ctx, keys...)
+		}
+		_ = r.Client.Close()
+	})
+	return r
+}
+
+// Start (re)starts the server on its port and waits until it answers PING.
+func (r *Redis) Start() {
+	r.t.Helper()
+	if r.dir == "" {
+		r.t.Fatal("testenv: cannot start the external Redis at REDIS_ADDR")
+	}
+	r.cmd = exec.Command("redis-server", "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", r.dir, "--logfile", filepath.Join(r.dir, "redis.log"))
+	if err := r.cmd.Start(); err != nil {
+		r.t.Fatalf("start redis-server: %v", err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1})
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for c.Ping(context.Background()).Err() != nil {
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(r.dir, "redis.log"))
+			r.t.Fatalf("redis-server on %s did not answer within 10s:\n%s", r.Addr, log)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Stop kills the server (its data is lost: it keeps none on disk).
+func (r *Redis) Stop() {
+	r.t.Helper()
+	if r.cmd == nil {
+		r.t.Fatal("testenv: cannot stop the external Redis at REDIS_ADDR")
+	}
+	_ = r.cmd.Process.Kill()
+	_ = r.cmd.Wait()
+	r.cmd = nil
+}
+
+// Kafka is a Kafka-protocol broker (kfake) on loopback for one test.
+type Kafka struct {
+	// Addrs are the bootstrap addresses, host:port.
+	Addrs []string
+	// Prefix is unique to the test; use Topic to name topics.
+	Prefix string
+
+	t       testing.TB
+	port    int
+	dataDir string
+	cluster *kfake.Cluster
+}
+
+// StartKafka starts a single-broker kfake cluster on a free loopback port
+// that creates topics on first use. Its log lives in a temp dir, so Stop and
+// Start keep every record and committed offset, like a broker restart.
+func StartKafka(t testing.TB) *Kafka {
+	t.Helper()
+	k := &Kafka{t: t, Prefix: RandomPrefix() + ".", port: FreePort(t), dataDir: t.TempDir()}
+	k.Start()
+	t.Cleanup(func() {
+		if k.cluster != nil {
+			k.cluster.Close()
+		}
+	})
+	return k
+}
+
+// Topic returns name with the test's prefix.
+func (k *Kafka) Topic(name string) string { return k.Prefix + name }
+
+// Start (re)starts the broker on its port with its data.
+func (k *Kafka) Start() {
+	k.t.Helper()
+	c, err := NewBroker(k.port, k.dataDir)
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	k.cluster = c
+	k.Addrs = c.ListenAddrs()
+}
+
+// Stop closes the broker, keeping its data for the next Start.
+func (k *Kafka) Stop() {
+	k.cluster.Close()
+	k.cluster = nil
+}
+
+// NewBroker starts an embedded Kafka-protocol broker on 127.0.0.1:port (0
+// picks a free port) that keeps its log under dataDir (in memory when empty),
+// fsyncs every batch, and creates topics on first use with 3 partitions.
+func NewBroker(port int, dataDir string) (*kfake.Cluster, error) {
+	opts := []kfake.Opt{
+		kfake.NumBrokers(1), kfake.Ports(port), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(3),
+	}
+	if dataDir != "" {
+		opts = append(opts, kfake.DataDir(dataDir), kfake.SyncWrites())
+	}
+	c, err := kfake.NewCluster(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("start kafka broker on port %d: %w", port, err)
+	}
+	return c, nil
+}
