@@ -8,7 +8,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -19,6 +18,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/parleyhq/parley/internal/devstack"
 )
 
 // RandomPrefix returns a short random string for keys and topics of one test.
@@ -152,7 +153,7 @@ func (k *Kafka) Topic(name string) string { return k.Prefix + name }
 // Start (re)starts the broker on its port with its data.
 func (k *Kafka) Start() {
 	k.t.Helper()
-	c, err := NewBroker(k.port, k.dataDir)
+	c, err := devstack.NewBroker(k.port, k.dataDir)
 	if err != nil {
 		k.t.Fatal(err)
 	}
@@ -164,21 +165,4 @@ func (k *Kafka) Start() {
 func (k *Kafka) Stop() {
 	k.cluster.Close()
 	k.cluster = nil
-}
-
-// NewBroker starts an embedded Kafka-protocol broker on 127.0.0.1:port (0
-// picks a free port) that keeps its log under dataDir (in memory when empty),
-// fsyncs every batch, and creates topics on first use with 3 partitions.
-func NewBroker(port int, dataDir string) (*kfake.Cluster, error) {
-	opts := []kfake.Opt{
-		kfake.NumBrokers(1), kfake.Ports(port), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(3),
-	}
-	if dataDir != "" {
-		opts = append(opts, kfake.DataDir(dataDir), kfake.SyncWrites())
-	}
-	c, err := kfake.NewCluster(opts...)
-	if err != nil {
-		return nil, fmt.Errorf("start kafka broker on port %d: %w", port, err)
-	}
-	return c, nil
 }
