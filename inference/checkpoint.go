@@ -1,0 +1,328 @@
+package inference
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/parleyhq/parley/schema"
+)
+
+// ErrChecksum is returned when a checkpoint file does not match the sha256
+// recorded in its manifest.json.
+var ErrChecksum = errors.New("inference: checkpoint checksum mismatch")
+
+// Checkpoint file names of the registry layout (DESIGN.md §3).
+const (
+	ConfigFile      = "config.json"
+	WeightsFile     = "model.safetensors"
+	TokenizerFile   = "tokenizer.json"
+	ManifestFile    = "manifest.json"
+	maxHeaderLength = 100 << 20
+)
+
+// checkpointConfig is config.json: the ModelConfig plus the fields that let
+// Hugging Face tools recognise the architecture.
+type checkpointConfig struct {
+	ModelConfig
+	ModelType         string   `json:"model_type"`
+	Architectures     []string `json:"architectures"`
+	TieWordEmbeddings bool     `json:"tie_word_embeddings"`
+	TorchDType        string   `json:"torch_dtype"`
+	HeadDim           int      `json:"head_dim"`
+	NumKeyValueHeads  int      `json:"num_key_value_heads"`
+	HiddenAct         string   `json:"hidden_act"`
+}
+
+// SaveCheckpoint writes m and tok to dir in the registry layout: config.json,
+// model.safetensors, tokenizer.json and manifest.json, whose Files get the
+// sha256 of the other three (CreatedAt defaults to now). The version is
+// written into a temporary directory next to dir and renamed into place, so a
+// reader never sees a partial version; dir must not exist or be empty.
+func SaveCheckpoint(dir string, m *Model, tok *Tokenizer, man schema.Manifest) error {
+	if tok == nil {
+		return fmt.Errorf("save checkpoint %q: nil tokenizer", dir)
+	}
+	if tok.VocabSize() > m.cfg.VocabSize {
+		return fmt.Errorf("save checkpoint %q: tokenizer has %d tokens, model only %d", dir, tok.VocabSize(), m.cfg.VocabSize)
+	}
+	parent := filepath.Dir(filepath.Clean(dir))
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return fmt.Errorf("save checkpoint %q: %w", dir, err)
+	}
+	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(dir)+".tmp-")
+	if err != nil {
+		return fmt.Errorf("save checkpoint %q: %w", dir, err)
+	}
+	defer os.RemoveAll(tmp) // no-op after a successful rename
+	if err := writeCheckpointFiles(tmp, m, tok, &man); err != nil {
+		return fmt.Errorf("save checkpoint %q: %w", dir, err)
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return fmt.Errorf("save checkpoint %q: %w", dir, err)
+	}
+	return nil
+}
+
+func writeCheckpointFiles(tmp string, m *Model, tok *Tokenizer, man *schema.Manifest) error {
+	c := m.cfg
+	cfgJSON, err := json.MarshalIndent(checkpointConfig{
+		ModelConfig: c, ModelType: "llama", Architectures: []string{"LlamaForCausalLM"},
+		TieWordEmbeddings: true, TorchDType: "float32", HeadDim: c.HeadDim(),
+		NumKeyValueHeads: c.Heads, HiddenAct: "silu",
+	}, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := writeFileSync(filepath.Join(tmp, ConfigFile), append(cfgJSON, '\n')); err != nil {
+		return err
+	}
+	vals, dims, err := m.Weights()
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	if err := writeSafetensors(&buf, m.names, vals, dims); err != nil {
+		return err
+	}
+	if err := writeFileSync(filepath.Join(tmp, WeightsFile), buf.Bytes()); err != nil {
+		return err
+	}
+	if err := tok.Save(filepath.Join(tmp, TokenizerFile)); err != nil {
+		return err
+	}
+	man.Files = map[string]string{}
+	for _, name := range []string{ConfigFile, WeightsFile, TokenizerFile} {
+		sum, err := fileSHA256(filepath.Join(tmp, name))
+		if err != nil {
+			return err
+		}
+		man.Files[name] = sum
+	}
+	if man.CreatedAt.IsZero() {
+		man.CreatedAt = time.Now().UTC()
+	}
+	if err := man.Validate(); err != nil {
+		return err
+	}
+	manJSON, err := json.MarshalIndent(man, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFileSync(filepath.Join(tmp, ManifestFile), append(manJSON, '\n'))
+}
+
+// LoadCheckpoint reads a version written by SaveCheckpoint. It verifies the
+// sha256 of every file listed in manifest.json first and returns an error
+// wrapping ErrChecksum, naming the file, on any mismatch.
+func LoadCheckpoint(dir string, backend BackendConfig) (*Model, *Tokenizer, schema.Manifest, error) {
+	var man schema.Manifest
+	fail := func(err error) (*Model, *Tokenizer, schema.Manifest, error) {
+		return nil, nil, schema.Manifest{}, fmt.Errorf("load checkpoint %q: %w", dir, err)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, ManifestFile))
+	if err != nil {
+		return fail(err)
+	}
+	if err := json.Unmarshal(raw, &man); err != nil {
+		return fail(fmt.Errorf("parse %s: %w", ManifestFile, err))
+	}
+	if err := man.Validate(); err != nil {
+		return fail(err)
+	}
+	names := make([]string, 0, len(man.Files))
+	for name := range man.Files {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		if filepath.Base(name) != name {
+			return fail(fmt.Errorf("manifest lists %q outside the version directory", name))
+		}
+		sum, err := fileSHA256(filepath.Join(dir, name))
+		if err != nil {
+			return fail(err)
+		}
+		if sum != man.Files[name] {
+			return fail(fmt.Errorf("%s: sha256 %s, manifest says %s: %w", name, sum, man.Files[name], ErrChecksum))
+		}
+	}
+	for _, name := range []string{ConfigFile, WeightsFile, TokenizerFile} {
+		if _, ok := man.Files[name]; !ok {
+			return fail(fmt.Errorf("manifest does not list %s", name))
+		}
+	}
+	var cc checkpointConfig
+	raw, err = os.ReadFile(filepath.Join(dir, ConfigFile))
+	if err != nil {
+		return fail(err)
+	}
+	if err := json.Unmarshal(raw, &cc); err != nil {
+		return fail(fmt.Errorf("parse %s: %w", ConfigFile, err))
+	}
+	if err := cc.ModelConfig.Validate(); err != nil {
+		return fail(err)
+	}
+	tok, err := LoadTokenizer(filepath.Join(dir, TokenizerFile))
+	if err != nil {
+		return fail(err)
+	}
+	if tok.VocabSize() > cc.VocabSize {
+		return fail(fmt.Errorf("tokenizer has %d tokens, model only %d", tok.VocabSize(), cc.VocabSize))
+	}
+	f, err := os.Open(filepath.Join(dir, WeightsFile))
+	if err != nil {
+		return fail(err)
+	}
+	defer f.Close()
+	_, wantDims := weightShapes(cc.ModelConfig)
+	vals, err := readSafetensors(f, wantDims)
+	if err != nil {
+		return fail(fmt.Errorf("read %s: %w", WeightsFile, err))
+	}
+	m, err := newModelWithWeights(cc.ModelConfig, backend, vals)
+	if err != nil {
+		return fail(err)
+	}
+	return m, tok, man, nil
+}
+
+// safetensorsEntry is one tensor of a safetensors header.
+type safetensorsEntry struct {
+	DType       string   `json:"dtype"`
+	Shape       []int    `json:"shape"`
+	DataOffsets [2]int64 `json:"data_offsets"`
+}
+
+// writeSafetensors writes float32 tensors in the safetensors format: an
+// 8-byte little-endian header length, a JSON header {name: {dtype, shape,
+// data_offsets}} padded with spaces to a multiple of 8, then the raw
+// little-endian data in names order.
+func writeSafetensors(w io.Writer, names []string, vals map[string][]float32, dims map[string][]int) error {
+	header := map[string]any{"__metadata__": map[string]string{"format": "pt"}}
+	var off int64
+	for _, n := range names {
+		size := int64(len(vals[n])) * 4
+		header[n] = safetensorsEntry{DType: "F32", Shape: dims[n], DataOffsets: [2]int64{off, off + size}}
+		off += size
+	}
+	hj, err := json.Marshal(header)
+	if err != nil {
+		return err
+	}
+	for len(hj)%8 != 0 {
+		hj = append(hj, ' ')
+	}
+	var lenBuf [8]byte
+	binary.LittleEndian.PutUint64(lenBuf[:], uint64(len(hj)))
+	if _, err := w.Write(lenBuf[:]); err != nil {
+		return err
+	}
+	if _, err := w.Write(hj); err != nil {
+		return err
+	}
+	for _, n := range names {
+		b := make([]byte, 4*len(vals[n]))
+		for i, v := range vals[n] {
+			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
+		}
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readSafetensors reads the F32 tensors named in want, checking shapes and
+// offsets against the file.
+func readSafetensors(r io.Reader, want map[string][]int) (map[string][]float32, error) {
+	var lenBuf [8]byte
+	if _, err := io.ReadFull(r, lenBuf[:]); err != nil {
+		return nil, fmt.Errorf("header length: %w", err)
+	}
+	hl := binary.LittleEndian.Uint64(lenBuf[:])
+	if hl > maxHeaderLength {
+		return nil, fmt.Errorf("header length %d too large", hl)
+	}
+	hj := make([]byte, hl)
+	if _, err := io.ReadFull(r, hj); err != nil {
+		return nil, fmt.Errorf("header: %w", err)
+	}
+	var header map[string]json.RawMessage
+	if err := json.Unmarshal(hj, &header); err != nil {
+		return nil, fmt.Errorf("header: %w", err)
+	}
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string][]float32, len(want))
+	for name, dims := range want {
+		raw, ok := header[name]
+		if !ok {
+			return nil, fmt.Errorf("tensor %q missing", name)
+		}
+		var e safetensorsEntry
+		if err := json.Unmarshal(raw, &e); err != nil {
+			return nil, fmt.Errorf("tensor %q: %w", name, err)
+		}
+		if e.DType != "F32" {
+			return nil, fmt.Errorf("tensor %q: dtype %s, want F32", name, e.DType)
+		}
+		if !slices.Equal(e.Shape, dims) {
+			return nil, fmt.Errorf("tensor %q: shape %v, want %v", name, e.Shape, dims)
+		}
+		n := int64(1)
+		for _, d := range dims {
+			n *= int64(d)
+		}
+		lo, hi := e.DataOffsets[0], e.DataOffsets[1]
+		if lo < 0 || hi-lo != 4*n || hi > int64(len(data)) {
+			return nil, fmt.Errorf("tensor %q: data offsets [%d, %d) invalid for %d values in %d bytes", name, lo, hi, n, len(data))
+		}
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = math.Float32frombits(binary.LittleEndian.Uint32(data[lo+4*int64(i):]))
+		}
+		out[name] = v
+	}
+	return out, nil
+}
+
+func fileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("hash %q: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// writeFileSync writes and fsyncs a file.
+func writeFileSync(path string, data []byte) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	_, werr := f.Write(data)
+	serr := f.Sync()
+	cerr := f.Close()
+	if err := errors.Join(werr, serr, cerr); err != nil {
+		return fmt.Errorf("write %q: %w", path, err)
+	}
+	return nil
+}
