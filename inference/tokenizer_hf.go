@@ -156,8 +156,9 @@ func (t *Tokenizer) Save(path string) error {
 		return fmt.Errorf("save tokenizer %q: %w", path, err)
 	}
 	_, werr := f.Write(data)
+	merr := f.Chmod(0o644) // CreateTemp makes 0600; a checkpoint file is for others to read
 	cerr := f.Close()
-	if err := errors.Join(werr, cerr); err != nil {
+	if err := errors.Join(werr, merr, cerr); err != nil {
 		_ = os.Remove(f.Name())
 		return fmt.Errorf("save tokenizer %q: %w", path, err)
 	}
