@@ -1,0 +1,421 @@
+package simulator
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/parleyhq/parley/schema"
+)
+
+// BotsConfig configures RunBots: personas that play against a running
+// gateway over its player API.
+type BotsConfig struct {
+	GatewayURL  string `json:"gateway_url"`
+	APIKey      string `json:"-"`
+	Players     int    `json:"players"`     // population size; session i plays persona i mod Players
+	Sessions    int    `json:"sessions"`    // sessions in all
+	Concurrency int    `json:"concurrency"` // sessions at a time
+	Seed        uint64 `json:"seed"`
+	NPCID       string `json:"npc_id,omitempty"`
+	// MaxTurns ends a session from the client side with max_turns after that
+	// many exchanges; 0 leaves the limit to the gateway.
+	MaxTurns int `json:"max_turns"`
+	// LeaveIdle makes a persona that goes idle just stop, leaving the session
+	// to the gateway's idle timeout, instead of calling /end.
+	LeaveIdle bool `json:"leave_idle"`
+	// MaxRetries bounds the retries of one request answered 429 or 503;
+	// without Retry-After the wait is RetryBase·2^attempt, at most MaxRetryWait.
+	MaxRetries     int              `json:"max_retries"`
+	RetryBase      time.Duration    `json:"retry_base"`
+	MaxRetryWait   time.Duration    `json:"max_retry_wait"`
+	RequestTimeout time.Duration    `json:"request_timeout"`
+	Population     PopulationConfig `json:"population"`
+	// Client, when set, sends the requests (tests, custom transports).
+	Client *http.Client `json:"-"`
+}
+
+// DefaultBotsConfig returns 20 players, 100 sessions, 4 at a time.
+func DefaultBotsConfig() BotsConfig {
+	return BotsConfig{
+		GatewayURL: "http://localhost:8080", Players: 20, Sessions: 100, Concurrency: 4, Seed: 1,
+		MaxTurns: 30, MaxRetries: 5, RetryBase: 200 * time.Millisecond, MaxRetryWait: 10 * time.Second,
+		RequestTimeout: 60 * time.Second, Population: DefaultPopulationConfig(),
+	}
+}
+
+// Validate checks the URL and the counts.
+func (c BotsConfig) Validate() error {
+	u, err := url.Parse(c.GatewayURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("bots: gateway url %q must be http(s)://host[:port]", c.GatewayURL)
+	}
+	if c.Players < 1 || c.Sessions < 1 || c.Concurrency < 1 {
+		return fmt.Errorf("bots: players %d, sessions %d and concurrency %d must be at least 1", c.Players, c.Sessions, c.Concurrency)
+	}
+	if c.MaxTurns < 0 || c.MaxRetries < 0 || c.RetryBase <= 0 || c.MaxRetryWait < c.RetryBase || c.RequestTimeout <= 0 {
+		return errors.New("bots: max turns and retries must not be negative; retry waits and request timeout must be positive")
+	}
+	p := c.Population
+	p.Size = c.Players
+	return p.Validate()
+}
+
+// ErrInvalidResponse reports a gateway answer that is not the JSON the
+// contract promises.
+var ErrInvalidResponse = errors.New("invalid gateway response")
+
+// APIError is an error answer of the gateway: its status and the code and
+// message of its {error:{code,message}} body.
+type APIError struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *APIError) Error() string {
+	return fmt.Sprintf("gateway: %d %s: %s", e.Status, e.Code, e.Message)
+}
+
+// BotsSummary is what RunBots measured. Avg.L and the per-arm and
+// per-policy figures count only sessions that ended without error.
+type BotsSummary struct {
+	Sessions   int                    `json:"sessions"`
+	Completed  int                    `json:"completed"`
+	Exchanges  int                    `json:"exchanges"`
+	AvgL       float64                `json:"avg_l"`
+	PerArm     map[string]LengthStats `json:"per_arm"`
+	PerPolicy  map[string]LengthStats `json:"per_policy"`
+	EndReasons map[string]int         `json:"end_reasons"`
+	Errors     int                    `json:"errors"`
+	ErrorCodes map[string]int         `json:"error_codes"`
+	Retries    int                    `json:"retries"`
+	Seconds    float64                `json:"seconds"`
+}
+
+// noArm labels sessions outside any experiment in BotsSummary.PerArm.
+const noArm = "none"
+
+// sessionResult is one session as the driver saw it.
+type sessionResult struct {
+	arm, policy string
+	turns       int
+	reason      schema.EndReason
+	errCode     string // "" when the session ended cleanly
+	retries     int
+}
+
+func newBotsSummary() BotsSummary {
+	return BotsSummary{
+		PerArm: make(map[string]LengthStats), PerPolicy: make(map[string]LengthStats),
+		EndReasons: make(map[string]int), ErrorCodes: make(map[string]int),
+	}
+}
+
+// add counts one session in the summary.
+func (s *BotsSummary) add(r sessionResult) {
+	s.Sessions++
+	s.Retries += r.retries
+	if r.errCode != "" {
+		s.Errors++
+		s.ErrorCodes[r.errCode]++
+		s.EndReasons[string(schema.EndError)]++
+		return
+	}
+	s.Completed++
+	s.Exchanges += r.turns
+	s.AvgL = float64(s.Exchanges) / float64(s.Completed)
+	s.EndReasons[string(r.reason)]++
+	arm := r.arm
+	if arm == "" {
+		arm = noArm
+	}
+	s.PerArm[arm] = s.PerArm[arm].add(r.turns)
+	s.PerPolicy[r.policy] = s.PerPolicy[r.policy].add(r.turns)
+}
+
+func (l LengthStats) add(turns int) LengthStats {
+	l.AvgL = (l.AvgL*float64(l.Sessions) + float64(turns)) / float64(l.Sessions+1)
+	l.Sessions++
+	return l
+}
+
+// WriteTable prints the summary as aligned text tables.
+func (s BotsSummary) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "sessions\tcompleted\terrors\tretries\texchanges\tAvg.L\tseconds\n")
+	fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%.2f\t%.1f\n\n", s.Sessions, s.Completed, s.Errors, s.Retries, s.Exchanges, s.AvgL, s.Seconds)
+	table := func(title string, m map[string]LengthStats) {
+		fmt.Fprintf(tw, "%s\tsessions\tAvg.L\n", title)
+		for _, k := range sortedKeys(m) {
+			fmt.Fprintf(tw, "%s\t%d\t%.2f\n", k, m[k].Sessions, m[k].AvgL)
+		}
+		fmt.Fprintln(tw)
+	}
+	table("arm", s.PerArm)
+	table("policy", s.PerPolicy)
+	counts := func(title string, m map[string]int) {
+		fmt.Fprintf(tw, "%s\tsessions\n", title)
+		for _, k := range sortedKeys(m) {
+			fmt.Fprintf(tw, "%s\t%d\n", k, m[k])
+		}
+	}
+	counts("end reason", s.EndReasons)
+	if len(s.ErrorCodes) > 0 {
+		fmt.Fprintln(tw)
+		counts("error code", s.ErrorCodes)
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("write bots summary: %w", err)
+	}
+	return nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// RunBots plays cfg.Sessions sessions of the population against the gateway
+// at cfg.GatewayURL, cfg.Concurrency at a time, and summarises them. A
+// failed session counts as an error and the run goes on; RunBots returns an
+// error only for a bad config or a cancelled context (with the summary so far).
+func RunBots(ctx context.Context, cfg BotsConfig, logger *slog.Logger) (BotsSummary, error) {
+	if err := cfg.Validate(); err != nil {
+		return BotsSummary{}, err
+	}
+	pcfg := cfg.Population
+	pcfg.Size = cfg.Players
+	pop, err := NewPopulation(pcfg, cfg.Seed)
+	if err != nil {
+		return BotsSummary{}, err
+	}
+	client := cfg.Client
+	if client == nil {
+		client = &http.Client{Timeout: cfg.RequestTimeout}
+	}
+	b := &bot{cfg: cfg, client: client, base: strings.TrimRight(cfg.GatewayURL, "/"), logger: logger}
+
+	began := time.Now()
+	summary := newBotsSummary()
+	var mu sync.Mutex
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	for range cfg.Concurrency {
+		wg.Go(func() {
+			for i := range jobs {
+				p := pop.Players()[i%len(pop.Players())]
+				r := b.play(ctx, p, i)
+				mu.Lock()
+				summary.add(r)
+				mu.Unlock()
+			}
+		})
+	}
+dispatch:
+	for i := range cfg.Sessions {
+		select {
+		case jobs <- i:
+		case <-ctx.Done():
+			break dispatch
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	summary.Seconds = time.Since(began).Seconds()
+	logger.Info("bots done", "sessions", summary.Sessions, "avg_l", summary.AvgL, "errors", summary.Errors)
+	if err := ctx.Err(); err != nil {
+		return summary, fmt.Errorf("run bots: %w", err)
+	}
+	return summary, nil
+}
+
+// bot sends one persona's requests.
+type bot struct {
+	cfg    BotsConfig
+	client *http.Client
+	base   string
+	logger *slog.Logger
+}
+
+// play runs session i of persona p to its end.
+func (b *bot) play(ctx context.Context, p *Persona, i int) sessionResult {
+	var r sessionResult
+	fail := func(stage string, err error) sessionResult {
+		r.errCode = errorCode(err)
+		level := slog.LevelWarn
+		if ctx.Err() != nil {
+			level = slog.LevelInfo
+		}
+		b.logger.Log(ctx, level, "bot session failed", "player", p.ID, "stage", stage, "turns", r.turns, "err", err)
+		return r
+	}
+	conv := p.Start(b.cfg.Seed ^ uint64(i)*0x9e3779b97f4a7c15)
+	var created schema.CreateSessionResponse
+	n, err := b.do(ctx, "/v1/sessions", schema.CreateSessionRequest{PlayerID: p.ID, NPCID: b.cfg.NPCID}, &created)
+	r.retries += n
+	if err == nil {
+		if verr := created.Validate(); verr != nil {
+			err = fmt.Errorf("%w: %w", ErrInvalidResponse, verr)
+		}
+	}
+	if err != nil {
+		return fail("create", err)
+	}
+	r.arm, r.policy = created.Arm, created.PolicyVersion
+	path := "/v1/sessions/" + url.PathEscape(created.SessionID)
+
+	text := conv.Opening()
+	for {
+		var msg schema.MessageResponse
+		n, err := b.do(ctx, path+"/messages", schema.MessageRequest{Text: text}, &msg)
+		r.retries += n
+		if err == nil {
+			if verr := msg.Validate(); verr != nil {
+				err = fmt.Errorf("%w: %w", ErrInvalidResponse, verr)
+			}
+		}
+		if err != nil {
+			return fail("message", err)
+		}
+		r.turns = msg.Turn
+		if msg.Ended != "" {
+			r.reason = msg.Ended
+			return r
+		}
+		if b.cfg.MaxTurns > 0 && r.turns >= b.cfg.MaxTurns {
+			r.reason = schema.EndMaxTurns
+			break
+		}
+		reply, end, _ := conv.Respond(msg.Reply)
+		if end {
+			r.reason = conv.Reason()
+			if r.reason == schema.EndIdleTimeout && b.cfg.LeaveIdle {
+				return r
+			}
+			break
+		}
+		text = reply
+	}
+	n, err = b.do(ctx, path+"/end", struct{}{}, nil)
+	r.retries += n
+	if err != nil {
+		return fail("end", err)
+	}
+	return r
+}
+
+// do POSTs body as JSON to path and decodes a 2xx answer into out (when not
+// nil). It retries 429 and 503 answers after Retry-After, or with
+// exponential backoff, and returns how many times it retried.
+func (b *bot) do(ctx context.Context, path string, body, out any) (int, error) {
+	payload, err := json.Marshal(body)
+	if err != nil {
+		return 0, fmt.Errorf("encode %s: %w", path, err)
+	}
+	for attempt := 0; ; attempt++ {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.base+path, bytes.NewReader(payload))
+		if err != nil {
+			return attempt, fmt.Errorf("post %s: %w", path, err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json")
+		if b.cfg.APIKey != "" {
+			req.Header.Set("Authorization", "Bearer "+b.cfg.APIKey)
+		}
+		resp, err := b.client.Do(req)
+		if err != nil {
+			return attempt, fmt.Errorf("post %s: %w", path, err)
+		}
+		data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		resp.Body.Close()
+		if err != nil {
+			return attempt, fmt.Errorf("read %s: %w", path, err)
+		}
+		switch {
+		case resp.StatusCode/100 == 2:
+			if out == nil || len(bytes.TrimSpace(data)) == 0 {
+				return attempt, nil
+			}
+			if err := json.Unmarshal(data, out); err != nil {
+				return attempt, fmt.Errorf("decode %s: %w: %w", path, ErrInvalidResponse, err)
+			}
+			return attempt, nil
+		case (resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable) && attempt < b.cfg.MaxRetries:
+			wait := retryAfter(resp.Header.Get("Retry-After"), time.Now())
+			if wait <= 0 {
+				wait = time.Duration(float64(b.cfg.RetryBase) * math.Pow(2, float64(attempt)))
+			}
+			wait = min(wait, b.cfg.MaxRetryWait)
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return attempt, fmt.Errorf("post %s: %w", path, ctx.Err())
+			case <-t.C:
+			}
+		default:
+			apiErr := &APIError{Status: resp.StatusCode, Code: http.StatusText(resp.StatusCode)}
+			var eb schema.ErrorBody
+			if json.Unmarshal(data, &eb) == nil && eb.Validate() == nil {
+				apiErr.Code, apiErr.Message = eb.Error.Code, eb.Error.Message
+			}
+			return attempt, fmt.Errorf("post %s: %w", path, apiErr)
+		}
+	}
+}
+
+// retryAfter parses a Retry-After header (seconds or an HTTP date) into a
+// wait; 0 when absent or unreadable.
+func retryAfter(h string, now time.Time) time.Duration {
+	h = strings.TrimSpace(h)
+	if h == "" {
+		return 0
+	}
+	if s, err := strconv.ParseFloat(h, 64); err == nil && s >= 0 {
+		return time.Duration(s * float64(time.Second))
+	}
+	if t, err := http.ParseTime(h); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}
+
+// errorCode names an error for BotsSummary.ErrorCodes: the gateway's code,
+// "cancelled", "timeout", "invalid_response" or "transport".
+func errorCode(err error) string {
+	var apiErr *APIError
+	switch {
+	case errors.As(err, &apiErr):
+		return apiErr.Code
+	case errors.Is(err, context.Canceled):
+		return "cancelled"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, ErrInvalidResponse):
+		return "invalid_response"
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) && netErr.Timeout() {
+		return "timeout"
+	}
+	return "transport"
+}
