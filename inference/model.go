@@ -528,3 +528,39 @@ func padBatch(seqs [][]int, maxSeq int) (*tensors.Tensor, *tensors.Tensor, error
 
 // ErrTooLong is returned for a sequence longer than the model's context.
 var ErrTooLong = errors.New("inference: sequence too long")
+
+// SequenceLogProbs returns, for each sequence, log p(seq[t+1] | seq[0..t])
+// for t = 0..len(seq)-2. Sequences are right-padded and run as one batch.
+func (m *Model) SequenceLogProbs(seqs [][]int) ([][]float32, error) {
+	m.mu.Lock()
+	if m.logProb == nil {
+		e, err := m.newExec(func(ctx *context.Context, inputs, targets *graph.Node) *graph.Node {
+			return m.TokenLogProbs(ctx, inputs, targets)
+		})
+		if err != nil {
+			m.mu.Unlock()
+			return nil, fmt.Errorf("build log-prob graph: %w", err)
+		}
+		m.logProb = e
+	}
+	e := m.logProb
+	m.mu.Unlock()
+	in, tg, _, err := nextTokenTensors(Batch{Tokens: seqs}, m.cfg.MaxSeq)
+	if err != nil {
+		return nil, fmt.Errorf("log probs: %w", err)
+	}
+	out, err := e.Exec(in, tg)
+	if err != nil {
+		return nil, fmt.Errorf("log probs: %w", err)
+	}
+	flat, err := tensors.CopyFlatData[float32](out[0])
+	if err != nil {
+		return nil, err
+	}
+	t := out[0].Shape().Dimensions[1]
+	res := make([][]float32, len(seqs))
+	for i, s := range seqs {
+		res[i] = flat[i*t : i*t+len(s)-1]
+	}
+	return res, nil
+}
