@@ -1,0 +1,334 @@
+package rl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
+
+	"github.com/parleyhq/parley/inference"
+)
+
+// refScope is the context scope of the frozen reference policy's weights.
+const refScope = "rl_ref"
+
+// UpdateConfig configures the policy update of one RL step.
+type UpdateConfig struct {
+	// Epsilon clips the ratio to [1−ε, 1+ε].
+	Epsilon float64 `json:"epsilon"`
+	// Beta weighs the k3 KL estimate against the reference policy.
+	Beta float64 `json:"beta"`
+	// SequenceLevel switches to GSPO: one length-normalised ratio
+	// exp(mean_t log π_θ/π_θold) per sequence, clipped per sequence.
+	SequenceLevel bool `json:"sequence_level"`
+	// MiniBatch is the number of sequences per gradient step; a step's
+	// samples are shuffled and cut into minibatches, all scored against the
+	// log-probs of the policy as it was before the first of them.
+	MiniBatch int `json:"mini_batch"`
+	// Train is the optimiser (AdamW): learning rate, clipping, decay.
+	Train inference.TrainConfig `json:"train"`
+}
+
+// DefaultUpdateConfig returns the paper's update: ε=0.2, β=0.01, AdamW at
+// 1e-5, constant after no warm-up.
+func DefaultUpdateConfig() UpdateConfig {
+	tc := inference.DefaultTrainConfig()
+	tc.LearningRate = 1e-5
+	tc.WarmupSteps = 0
+	tc.Schedule = "constant"
+	tc.WeightDecay = 0.01
+	return UpdateConfig{Epsilon: 0.2, Beta: 0.01, MiniBatch: 64, Train: tc}
+}
+
+// Validate reports the first bad field.
+func (c UpdateConfig) Validate() error {
+	switch {
+	case c.Epsilon <= 0 || c.Epsilon >= 1:
+		return fmt.Errorf("update config: epsilon %g must be in (0, 1)", c.Epsilon)
+	case c.Beta < 0:
+		return fmt.Errorf("update config: beta %g is negative", c.Beta)
+	case c.MiniBatch < 1:
+		return fmt.Errorf("update config: mini batch %d must be positive", c.MiniBatch)
+	}
+	if err := c.Train.Validate(); err != nil {
+		return fmt.Errorf("update config: %w", err)
+	}
+	return nil
+}
+
+// Sample is one trained sequence: a prompt, the NPC turn sampled after it
+// and the turn's advantage.
+type Sample struct {
+	Prompt    []int
+	Tokens    []int
+	Advantage float64
+}
+
+// UpdateStats summarise one Update.
+type UpdateStats struct {
+	// Loss is the mean minibatch loss.
+	Loss float64
+	// KL is the mean per-token k3 estimate of KL(π_θ‖π_ref) before the update.
+	KL float64
+	// GradSteps is the number of optimiser steps taken.
+	GradSteps int
+	// Tokens is the number of trained (response) tokens.
+	Tokens int
+}
+
+// ErrNoSamples is returned by Update for an empty batch.
+var ErrNoSamples = errors.New("rl: no samples to train on")
+
+// Updater applies the clipped-surrogate update with a k3 KL penalty to a
+// model's weights in place. It is not safe for concurrent use.
+type Updater struct {
+	m     *inference.Model
+	tr    *inference.Trainer
+	cfg   UpdateConfig
+	score *mlctx.Exec
+	mu    sync.Mutex
+}
+
+// NewUpdater freezes the model's current weights as the reference policy
+// and prepares AdamW.
+func NewUpdater(m *inference.Model, cfg UpdateConfig) (*Updater, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if _, err := m.CloneWeights(refScope); err != nil {
+		return nil, fmt.Errorf("new updater: %w", err)
+	}
+	tr, err := inference.NewTrainer(m, cfg.Train)
+	if err != nil {
+		return nil, fmt.Errorf("new updater: %w", err)
+	}
+	score, err := mlctx.NewExecAny(m.Backend(), m.Context(), func(ctx *mlctx.Context, in, tg *graph.Node) (*graph.Node, *graph.Node) {
+		return m.TokenLogProbs(ctx, in, tg), m.TokenLogProbs(ctx.InAbsPath("/"+refScope), in, tg)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("new updater: build scoring graph: %w", err)
+	}
+	score.SetMaxCache(256)
+	return &Updater{m: m, tr: tr, cfg: cfg, score: score}, nil
+}
+
+// Config returns the update configuration.
+func (u *Updater) Config() UpdateConfig { return u.cfg }
+
+// packed is a minibatch as tensors [B, T] (and [B] for the advantages).
+type packed struct {
+	in, tg, mask, adv *tensors.Tensor
+	rows, tokens      int
+}
+
+// pack right-pads prompt+response sequences into next-token inputs,
+// targets and a mask on the response targets. Prompts that do not fit the
+// model's context lose their oldest tokens.
+func (u *Updater) pack(samples []Sample) (packed, error) {
+	maxSeq := u.m.Config().MaxSeq
+	longest := 0
+	seqs := make([][]int, len(samples))
+	starts := make([]int, len(samples))
+	for i, s := range samples {
+		if len(s.Tokens) == 0 || len(s.Prompt) == 0 {
+			return packed{}, fmt.Errorf("pack sample %d: empty prompt or response", i)
+		}
+		if len(s.Tokens) >= maxSeq {
+			return packed{}, fmt.Errorf("pack sample %d: response of %d tokens: %w", i, len(s.Tokens), inference.ErrTooLong)
+		}
+		p := s.Prompt
+		if over := len(p) + len(s.Tokens) - (maxSeq + 1); over > 0 {
+			p = p[over:]
+		}
+		seqs[i] = append(append([]int(nil), p...), s.Tokens...)
+		starts[i] = len(p) - 1 // first input position whose target is a response token
+		longest = max(longest, len(seqs[i])-1)
+	}
+	t := bucket(longest, maxSeq)
+	n := len(samples)
+	in, tg := make([]int32, n*t), make([]int32, n*t)
+	mask, adv := make([]float32, n*t), make([]float32, n)
+	tokens := 0
+	for i, s := range seqs {
+		for j := 0; j+1 < len(s); j++ {
+			in[i*t+j], tg[i*t+j] = int32(s[j]), int32(s[j+1])
+			if j >= starts[i] {
+				mask[i*t+j] = 1
+				tokens++
+			}
+		}
+		adv[i] = float32(samples[i].Advantage)
+	}
+	return packed{
+		in:   tensors.FromFlatDataAndDimensions(in, n, t),
+		tg:   tensors.FromFlatDataAndDimensions(tg, n, t),
+		mask: tensors.FromFlatDataAndDimensions(mask, n, t),
+		adv:  tensors.FromFlatDataAndDimensions(adv, n),
+		rows: n, tokens: tokens,
+	}, nil
+}
+
+// bucket rounds a length up to a power of two from 16, capped at max, so
+// few graph shapes are compiled.
+func bucket(n, max int) int {
+	b := 16
+	for b < n {
+		b *= 2
+	}
+	return min(max, b)
+}
+
+// Update takes one RL step on samples: it scores them under the current
+// (old) and the reference policy once, then takes one AdamW step per
+// minibatch on the clipped surrogate minus β·k3, averaged over the tokens of
+// each sequence and then over sequences.
+func (u *Updater) Update(ctx context.Context, samples []Sample, rng *rand.Rand) (UpdateStats, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if len(samples) == 0 {
+		return UpdateStats{}, ErrNoSamples
+	}
+	order := rng.Perm(len(samples))
+	type batch struct {
+		p        packed
+		old, ref *tensors.Tensor
+	}
+	var batches []batch
+	var st UpdateStats
+	klSum := 0.0
+	for lo := 0; lo < len(order); lo += u.cfg.MiniBatch {
+		if err := ctx.Err(); err != nil {
+			return st, err
+		}
+		mb := make([]Sample, 0, u.cfg.MiniBatch)
+		for _, i := range order[lo:min(lo+u.cfg.MiniBatch, len(order))] {
+			mb = append(mb, samples[i])
+		}
+		p, err := u.pack(mb)
+		if err != nil {
+			return st, fmt.Errorf("rl update: %w", err)
+		}
+		out, err := u.score.Exec(p.in, p.tg)
+		if err != nil {
+			return st, fmt.Errorf("rl update: score old and reference policy: %w", err)
+		}
+		klSum += k3Sum(out[0], out[1], p.mask)
+		st.Tokens += p.tokens
+		batches = append(batches, batch{p: p, old: out[0], ref: out[1]})
+	}
+	if st.Tokens > 0 {
+		st.KL = klSum / float64(st.Tokens)
+	}
+	name, loss := "rl_token", u.tokenLoss
+	if u.cfg.SequenceLevel {
+		name, loss = "rl_sequence", u.sequenceLoss
+	}
+	lossSum := 0.0
+	for _, b := range batches {
+		if err := ctx.Err(); err != nil {
+			return st, err
+		}
+		l, err := u.tr.StepWith(name, loss, b.p.in, b.p.tg, b.p.mask, b.old, b.ref, b.p.adv)
+		if err != nil {
+			return st, fmt.Errorf("rl update: %w", err)
+		}
+		lossSum += float64(l)
+		st.GradSteps++
+	}
+	st.Loss = lossSum / float64(st.GradSteps)
+	return st, nil
+}
+
+// k3Sum is Σ mask·(exp(ref−old) − (ref−old) − 1) over a minibatch.
+func k3Sum(old, ref, mask *tensors.Tensor) float64 {
+	o := tensors.MustCopyFlatData[float32](old)
+	r := tensors.MustCopyFlatData[float32](ref)
+	m := tensors.MustCopyFlatData[float32](mask)
+	s := 0.0
+	for i := range o {
+		if m[i] == 0 {
+			continue
+		}
+		d := float64(r[i] - o[i])
+		s += math.Exp(d) - d - 1
+	}
+	return s
+}
+
+// k3 builds the per-token estimate exp(ref−logp) − (ref−logp) − 1 of
+// KL(π_θ‖π_ref), non-negative and unbiased for samples of π_θ.
+func k3(logp, ref *graph.Node) *graph.Node {
+	d := graph.Sub(ref, logp)
+	return graph.Sub(graph.Sub(graph.Exp(d), d), graph.OnesLike(d))
+}
+
+// maskedMean averages x [B, T] over the masked tokens of each row: [B].
+func maskedMean(x, mask *graph.Node) *graph.Node {
+	num := graph.ReduceSum(graph.Mul(x, mask), 1)
+	return graph.Div(num, graph.MaxScalar(graph.ReduceSum(mask, 1), 1))
+}
+
+// rowsMean averages per-sequence losses over the rows that have tokens.
+func rowsMean(perSeq, mask *graph.Node) *graph.Node {
+	has := graph.MinScalar(graph.ReduceSum(mask, 1), 1)
+	return graph.Div(graph.ReduceAllSum(graph.Mul(perSeq, has)), graph.MaxScalar(graph.ReduceAllSum(has), 1))
+}
+
+// surrogate is min(ρ·Â, clip(ρ, 1−ε, 1+ε)·Â).
+func (u *Updater) surrogate(ratio, adv *graph.Node) *graph.Node {
+	clipped := graph.ClipScalar(ratio, 1-u.cfg.Epsilon, 1+u.cfg.Epsilon)
+	return graph.Min(graph.Mul(ratio, adv), graph.Mul(clipped, adv))
+}
+
+// tokenLoss is GRPO's: token ratios, each clipped, minus β·k3 per token.
+func (u *Updater) tokenLoss(ctx *mlctx.Context, x []*graph.Node) *graph.Node {
+	in, tg, mask, old, ref, adv := x[0], x[1], x[2], x[3], x[4], x[5]
+	logp := u.m.TokenLogProbs(ctx, in, tg)
+	ratio := graph.Exp(graph.Sub(logp, old))
+	a := graph.ExpandAxes(adv, -1)
+	perTok := graph.Sub(graph.MulScalar(k3(logp, ref), u.cfg.Beta), u.surrogate(ratio, a))
+	return rowsMean(maskedMean(perTok, mask), mask)
+}
+
+// sequenceLoss is GSPO's: one length-normalised ratio per sequence, clipped
+// per sequence, minus β times the sequence's mean k3.
+func (u *Updater) sequenceLoss(ctx *mlctx.Context, x []*graph.Node) *graph.Node {
+	in, tg, mask, old, ref, adv := x[0], x[1], x[2], x[3], x[4], x[5]
+	logp := u.m.TokenLogProbs(ctx, in, tg)
+	ratio := graph.Exp(maskedMean(graph.Sub(logp, old), mask))
+	perSeq := graph.Sub(graph.MulScalar(maskedMean(k3(logp, ref), mask), u.cfg.Beta), u.surrogate(ratio, adv))
+	return rowsMean(perSeq, mask)
+}
+
+// LogProbs returns each sample's per-token log-probabilities of its
+// response under the current policy (for evaluation and tests).
+func (u *Updater) LogProbs(samples []Sample) ([][]float32, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	p, err := u.pack(samples)
+	if err != nil {
+		return nil, err
+	}
+	out, err := u.score.Exec(p.in, p.tg)
+	if err != nil {
+		return nil, fmt.Errorf("score samples: %w", err)
+	}
+	lp := tensors.MustCopyFlatData[float32](out[0])
+	m := tensors.MustCopyFlatData[float32](p.mask)
+	t := len(lp) / p.rows
+	res := make([][]float32, p.rows)
+	for i := range res {
+		for j := range t {
+			if m[i*t+j] != 0 {
+				res[i] = append(res[i], lp[i*t+j])
+			}
+		}
+	}
+	return res, nil
+}

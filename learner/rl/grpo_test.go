@@ -1,0 +1,130 @@
+package rl
+
+import (
+	"context"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/parleyhq/parley/inference"
+)
+
+// tinyModel is a real transformer small enough for unit tests.
+func tinyModel(t testing.TB, seed int64) *inference.Model {
+	t.Helper()
+	c := inference.DefaultModelConfig()
+	c.VocabSize, c.Dim, c.Layers, c.Heads, c.FFNDim, c.MaxSeq = 64, 32, 2, 2, 64, 64
+	m, err := inference.NewModel(c, inference.DefaultBackendConfig(), seed)
+	if err != nil {
+		t.Fatalf("NewModel: %v", err)
+	}
+	return m
+}
+
+func sum(xs []float32) float64 {
+	s := 0.0
+	for _, x := range xs {
+		s += float64(x)
+	}
+	return s
+}
+
+func TestUpdateMovesLogProbsWithTheAdvantage(t *testing.T) {
+	samples := []Sample{
+		{Prompt: []int{1, 2, 3, 4}, Tokens: []int{5, 6, 7}, Advantage: 1},
+		{Prompt: []int{1, 2, 3, 4}, Tokens: []int{8, 9, 10, 11}, Advantage: -1},
+		{Prompt: []int{1, 2, 12}, Tokens: []int{20, 21}, Advantage: 0.5},
+		{Prompt: []int{1, 2, 12}, Tokens: []int{30, 31, 32}, Advantage: -0.5},
+	}
+	for _, seqLevel := range []bool{false, true} {
+		name := map[bool]string{false: "GRPO token ratio", true: "GSPO sequence ratio"}[seqLevel]
+		t.Run(name, func(t *testing.T) {
+			m := tinyModel(t, 3)
+			cfg := DefaultUpdateConfig()
+			cfg.Train.LearningRate = 3e-3
+			cfg.SequenceLevel = seqLevel
+			cfg.MiniBatch = 2 // two optimiser steps: the second one sees ratios ≠ 1
+			u, err := NewUpdater(m, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before, err := u.LogProbs(samples)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rng := rand.New(rand.NewPCG(1, 1))
+			for range 3 {
+				st, err := u.Update(context.Background(), samples, rng)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if st.GradSteps != 2 || st.Tokens != 12 {
+					t.Errorf("Update stats = %+v; want 2 grad steps over 12 tokens", st)
+				}
+			}
+			after, err := u.LogProbs(samples)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, s := range samples {
+				d := sum(after[i]) - sum(before[i])
+				if (s.Advantage > 0) != (d > 0) {
+					t.Errorf("sample %d (advantage %+g): log-prob moved %+.4f; want the advantage's sign", i, s.Advantage, d)
+				}
+			}
+		})
+	}
+}
+
+func TestUpdateKLStartsAtZeroAndGrows(t *testing.T) {
+	m := tinyModel(t, 4)
+	cfg := DefaultUpdateConfig()
+	cfg.Train.LearningRate = 1e-2
+	u, err := NewUpdater(m, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	samples := []Sample{
+		{Prompt: []int{1, 2}, Tokens: []int{3, 4, 5}, Advantage: 1},
+		{Prompt: []int{1, 2}, Tokens: []int{6, 7}, Advantage: -1},
+	}
+	rng := rand.New(rand.NewPCG(2, 2))
+	first, err := u.Update(context.Background(), samples, rng)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.KL > 1e-9 {
+		t.Errorf("KL to the reference before any step = %g; want 0", first.KL)
+	}
+	second, err := u.Update(context.Background(), samples, rng)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.KL <= 0 {
+		t.Errorf("KL after a step = %g; want positive", second.KL)
+	}
+	if _, err := u.Update(context.Background(), nil, rng); err != ErrNoSamples {
+		t.Errorf("Update(nil) error = %v; want ErrNoSamples", err)
+	}
+}
+
+func TestPackTruncatesOldestPromptTokens(t *testing.T) {
+	m := tinyModel(t, 5)
+	u, err := NewUpdater(m, DefaultUpdateConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := make([]int, 100)
+	for i := range long {
+		long[i] = 1 + i%50
+	}
+	p, err := u.pack([]Sample{{Prompt: long, Tokens: []int{7, 8, 9}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.in.Shape().Dimensions[1]; got != 64 {
+		t.Errorf("packed length = %d; want the model's 64", got)
+	}
+	if p.tokens != 3 {
+		t.Errorf("masked tokens = %d; want 3", p.tokens)
+	}
+}
