@@ -56,8 +56,9 @@ type Tokenizer struct {
 	// before applying merges (Hugging Face's BPE ignore_merges).
 	ignoreMerges bool
 
-	added   []tokAdded     // added tokens, longest content first, for matching
-	addedID map[string]int // content -> id
+	added      []tokAdded     // added tokens, longest content first, for matching
+	addedID    map[string]int // content -> id
+	addedFirst [256]bool      // first bytes of added tokens
 
 	mu    sync.Mutex
 	cache map[string][]int
@@ -149,22 +150,21 @@ func (t *Tokenizer) EncodeOrdinary(text string) []int {
 }
 
 // nextAdded finds the first added token in text: its offset and the token,
-// or len(text) and nil if there is none. At one offset the longest wins.
+// or len(text) and nil if there is none. At one offset the longest wins, as
+// in Hugging Face's leftmost-longest matching. It runs in linear time, so text
+// full of special tokens cannot make Encode quadratic.
 func (t *Tokenizer) nextAdded(text string) (int, *tokAdded) {
-	if len(t.added) == 0 {
-		return len(text), nil
-	}
-	best, bestAt := -1, len(text)
-	for i := range t.added {
-		at := strings.Index(text[:min(len(text), bestAt+len(t.added[i].content))], t.added[i].content)
-		if at >= 0 && (best < 0 || at < bestAt) {
-			best, bestAt = i, at
+	for i := 0; i < len(text); i++ {
+		if !t.addedFirst[text[i]] {
+			continue
+		}
+		for j := range t.added {
+			if strings.HasPrefix(text[i:], t.added[j].content) {
+				return i, &t.added[j]
+			}
 		}
 	}
-	if best < 0 {
-		return len(text), nil
-	}
-	return bestAt, &t.added[best]
+	return len(text), nil
 }
 
 // appendOrdinary appends the ids of text, which holds no added tokens.
@@ -313,6 +313,7 @@ func newTokenizer(tokens []string, added []tokAdded, merges [][2]int, ignoreMerg
 		isAdded[a.id] = true
 		t.raw[a.id] = []byte(a.content)
 		t.addedID[a.content] = a.id
+		t.addedFirst[a.content[0]] = true
 		t.added = append(t.added, a)
 	}
 	sort.SliceStable(t.added, func(i, j int) bool { return len(t.added[i].content) > len(t.added[j].content) })

@@ -9,7 +9,10 @@ import (
 // Encode and Decode byte for byte: the tokenizer is byte-level, so invalid
 // UTF-8 is not replaced but kept. Run it with
 //
-//	go test ./inference -run '^$' -fuzz FuzzTokenizerRoundTrip -fuzztime 60s
+//	go test ./inference -run '^$' -fuzz FuzzTokenizerRoundTrip -fuzztime 60s -fuzzminimizetime 2s
+//
+// (without -fuzzminimizetime the fuzzer spends up to a minute shrinking each
+// new interesting input and looks stalled).
 func FuzzTokenizerRoundTrip(f *testing.F) {
 	for _, tc := range tokRoundTripCases {
 		f.Add(tc.text)
