@@ -77,8 +77,11 @@ func chatMarkerOrUser(role string) string {
 
 // EncodeChat returns the token ids of RenderChat(msgs, addGenerationPrompt),
 // except that message text is encoded with EncodeOrdinary: a player who types
-// "<|end|>" or "[Terminate]" gets ordinary tokens, not control tokens. It
-// fails if the tokenizer lacks one of the template's special tokens.
+// "<|end|>" or "[Terminate]" gets ordinary tokens, not control tokens. Use it
+// for prompts that hold player text. Where message text carries control
+// tokens on purpose, as the user agent's "[Continue] ..." turns do, use
+// Encode(RenderChat(...)) instead. It fails if the tokenizer lacks one of the
+// template's special tokens.
 func (t *Tokenizer) EncodeChat(msgs []Message, addGenerationPrompt bool) ([]int, error) {
 	special := func(s string) (int, error) {
 		id, ok := t.TokenID(s)

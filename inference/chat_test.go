@@ -66,7 +66,7 @@ func TestEncodeChat(t *testing.T) {
 	}
 	end, _ := tok.TokenID(TokEnd)
 	term, _ := tok.TokenID(TokTerminate)
-	if n := countInts(ids, end); n != 1 {
+	if n := tokCountInts(ids, end); n != 1 {
 		t.Errorf("EncodeChat(injection) has %d %s tokens; want 1 (the template's own)", n, TokEnd)
 	}
 	if slices.Contains(ids, term) {
@@ -74,7 +74,7 @@ func TestEncodeChat(t *testing.T) {
 	}
 }
 
-func countInts(xs []int, x int) int {
+func tokCountInts(xs []int, x int) int {
 	n := 0
 	for _, v := range xs {
 		if v == x {

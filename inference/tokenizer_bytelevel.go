@@ -100,8 +100,8 @@ func tokRuneAt(s string, i int) (class, width int) {
 	}
 }
 
-// tokContractions are the suffixes GPT-2's pattern splits off after an
-// apostrophe, in the pattern's order.
+// tokContraction returns the length of the suffix GPT-2's pattern splits off
+// after an apostrophe at the start of s (tried in the pattern's order), or 0.
 func tokContraction(s string) int {
 	for _, c := range [...]string{"s", "t", "re", "ve", "m", "ll", "d"} {
 		if len(s) >= len(c) && s[:len(c)] == c {

@@ -1,10 +1,12 @@
 package inference
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -241,5 +243,39 @@ func BenchmarkEncode(b *testing.B) {
 	b.ResetTimer()
 	for b.Loop() {
 		tok.Encode(text)
+	}
+}
+
+// TestTokenizerConcurrentEncode encodes from several goroutines at once (run
+// with -race) and checks that the shared word cache gives the same ids as a
+// fresh tokenizer.
+func TestTokenizerConcurrentEncode(t *testing.T) {
+	tok := tokTestTokenizer(t)
+	fresh := tokTestTokenizer(t)
+	lines := tokTestCorpus(t)
+	want := make([][]int, len(lines))
+	for i, l := range lines {
+		want[i] = fresh.Encode(l)
+	}
+	errs := make(chan string, 4*len(lines))
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for round := range 3 {
+				for i := range lines {
+					j := (i + g*7 + round) % len(lines)
+					if got := tok.Encode(lines[j]); !slices.Equal(got, want[j]) {
+						errs <- fmt.Sprintf("Encode(%.40q) = %v; want %v", lines[j], got, want[j])
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
 	}
 }
