@@ -45,7 +45,9 @@ const (
 // invalid UTF-8. Added (special) tokens are matched in the text before
 // splitting and are never split.
 //
-// A Tokenizer is safe for concurrent use.
+// Encoding matches Hugging Face's tokenizers library on the same
+// tokenizer.json (checked against its Rust crate and tokenizers.js in
+// tokenizer_hf_compat_test.go). A Tokenizer is safe for concurrent use.
 type Tokenizer struct {
 	tokens  []string       // id -> token as written in tokenizer.json (byte-level alphabet, or an added token's content)
 	raw     [][]byte       // id -> the bytes Decode writes
@@ -60,7 +62,7 @@ type Tokenizer struct {
 	addedID    map[string]int // content -> id
 	addedFirst [256]bool      // first bytes of added tokens
 
-	mu    sync.Mutex
+	mu    sync.RWMutex
 	cache map[string][]int
 }
 
@@ -97,7 +99,7 @@ func (t *Tokenizer) TokenID(special string) (int, bool) {
 
 // TokenBytes returns the bytes that id decodes to, or nil for an id outside
 // the vocabulary. A token may hold part of a UTF-8 sequence; streaming callers
-// join bytes until they form whole runes.
+// join bytes until they form whole runes. The slice is shared: do not modify it.
 func (t *Tokenizer) TokenBytes(id int) []byte {
 	if id < 0 || id >= len(t.raw) {
 		return nil
@@ -187,9 +189,9 @@ func (t *Tokenizer) appendWord(ids []int, w string) []int {
 	if len(w) > tokCacheMaxWord {
 		return t.bpe(ids, w)
 	}
-	t.mu.Lock()
+	t.mu.RLock()
 	cached, ok := t.cache[w]
-	t.mu.Unlock()
+	t.mu.RUnlock()
 	if ok {
 		return append(ids, cached...)
 	}

@@ -186,6 +186,31 @@ func TestLoadTokenizerVariants(t *testing.T) {
 	})
 }
 
+// TestLoadTokenizerIgnoreMerges checks Hugging Face's ignore_merges: a word
+// that is itself in the vocab is one token even if no merge path builds it.
+func TestLoadTokenizerIgnoreMerges(t *testing.T) {
+	tok := tokTestTokenizer(t)
+	for _, ignore := range []bool{false, true} {
+		doc := tokSavedDoc(t, tok)
+		model := doc["model"].(map[string]any)
+		vocab := model["vocab"].(map[string]any)
+		id := len(vocab)
+		vocab["Ġzqzq"] = id // " zqzq": no merges join these bytes
+		model["ignore_merges"] = ignore
+		loaded, err := LoadTokenizer(tokWriteDoc(t, doc))
+		if err != nil {
+			t.Fatalf("LoadTokenizer: %v", err)
+		}
+		got := loaded.Encode("a zqzq")
+		if single := len(got) == 2 && got[1] == id; single != ignore {
+			t.Errorf("ignore_merges %v: Encode(a zqzq) = %v; want %d as one token: %v", ignore, got, id, ignore)
+		}
+		if dec := loaded.Decode(got); dec != "a zqzq" {
+			t.Errorf("ignore_merges %v: Decode = %q", ignore, dec)
+		}
+	}
+}
+
 func TestLoadTokenizerRefuses(t *testing.T) {
 	tok := tokTestTokenizer(t)
 	tests := []struct {
