@@ -89,6 +89,13 @@ func TestTokenizerSpecialTokenIDs(t *testing.T) {
 			t.Errorf("EncodeOrdinary(%q) = %v; want plain tokens without %d", s, enc, want)
 		}
 	}
+	// The corpus is full of special tokens; training cut them out, so no
+	// learnt token holds a piece of one.
+	for id := len(tokSpecials()); id < tok.VocabSize(); id++ {
+		if s := tok.Decode([]int{id}); strings.Contains(s, "<|") || strings.Contains(s, "|>") {
+			t.Errorf("learnt token %d = %q spans a special token", id, s)
+		}
+	}
 	if id, ok := tok.TokenID("<|nope|>"); ok {
 		t.Errorf("TokenID(<|nope|>) = %d, true; want false", id)
 	}
