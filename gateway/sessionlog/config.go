@@ -1,0 +1,94 @@
+package sessionlog
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/parleyhq/parley/schema"
+)
+
+// Config says where events go and how much the spool may hold.
+type Config struct {
+	// Brokers are the bootstrap addresses of the Kafka cluster, host:port.
+	Brokers []string
+	// Topic receives the events; schema.SessionsTopic by default.
+	Topic string
+	// AllowAutoTopicCreation lets the first write create Topic on brokers
+	// that allow it (the embedded broker of `parley dev` does).
+	AllowAutoTopicCreation bool
+
+	// SpoolDir holds the spool's segment files. One Logger at a time may
+	// use a directory; a second is refused.
+	SpoolDir string
+	// SpoolMaxBytes bounds the events waiting in the spool; Publish returns
+	// ErrSpoolFull beyond it. The disk may hold up to one more segment of
+	// delivered events until that segment is deleted.
+	SpoolMaxBytes int64
+	// SegmentBytes is the size at which the spool starts a new segment file.
+	SegmentBytes int64
+
+	// BatchMaxEvents and BatchMaxBytes bound one write to Kafka.
+	BatchMaxEvents int
+	BatchMaxBytes  int64
+	// WriteTimeout bounds one write to Kafka, acknowledgement included.
+	WriteTimeout time.Duration
+	// RetryBackoffMin and RetryBackoffMax bound the wait between failed
+	// writes; it doubles from the first to the second.
+	RetryBackoffMin time.Duration
+	RetryBackoffMax time.Duration
+	// CloseTimeout bounds how long Close tries to deliver the backlog
+	// before leaving it on disk; 0 leaves it without trying.
+	CloseTimeout time.Duration
+}
+
+// DefaultConfig writes to schema.SessionsTopic with a 1 GiB spool of 16 MiB
+// segments; Brokers and SpoolDir must be set.
+func DefaultConfig() Config {
+	return Config{
+		Topic:                  schema.SessionsTopic,
+		AllowAutoTopicCreation: true,
+		SpoolMaxBytes:          1 << 30,
+		SegmentBytes:           16 << 20,
+		BatchMaxEvents:         1000,
+		BatchMaxBytes:          512 << 10,
+		WriteTimeout:           10 * time.Second,
+		RetryBackoffMin:        100 * time.Millisecond,
+		RetryBackoffMax:        5 * time.Second,
+		CloseTimeout:           5 * time.Second,
+	}
+}
+
+// Validate reports the first field that is missing or out of range.
+func (c Config) Validate() error {
+	if len(c.Brokers) == 0 {
+		return errors.New("sessionlog: at least one broker is required")
+	}
+	for _, b := range c.Brokers {
+		if _, _, err := net.SplitHostPort(b); err != nil {
+			return fmt.Errorf("sessionlog: broker %q is not host:port: %w", b, err)
+		}
+	}
+	switch {
+	case c.Topic == "":
+		return errors.New("sessionlog: topic is required")
+	case c.SpoolDir == "":
+		return errors.New("sessionlog: spool dir is required")
+	case c.SpoolMaxBytes <= 0:
+		return fmt.Errorf("sessionlog: spool max bytes %d must be positive", c.SpoolMaxBytes)
+	case c.SegmentBytes <= 0 || c.SegmentBytes > c.SpoolMaxBytes:
+		return fmt.Errorf("sessionlog: segment bytes %d must be positive and at most spool max bytes %d", c.SegmentBytes, c.SpoolMaxBytes)
+	case c.BatchMaxEvents < 1:
+		return fmt.Errorf("sessionlog: batch max events %d must be at least 1", c.BatchMaxEvents)
+	case c.BatchMaxBytes < 1:
+		return fmt.Errorf("sessionlog: batch max bytes %d must be at least 1", c.BatchMaxBytes)
+	case c.WriteTimeout <= 0:
+		return fmt.Errorf("sessionlog: write timeout %s must be positive", c.WriteTimeout)
+	case c.RetryBackoffMin <= 0 || c.RetryBackoffMax < c.RetryBackoffMin:
+		return fmt.Errorf("sessionlog: retry backoff %s..%s must be positive and ordered", c.RetryBackoffMin, c.RetryBackoffMax)
+	case c.CloseTimeout < 0:
+		return fmt.Errorf("sessionlog: close timeout %s must not be negative", c.CloseTimeout)
+	}
+	return nil
+}

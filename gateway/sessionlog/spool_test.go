@@ -1,0 +1,263 @@
+package sessionlog
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+func segmentFiles(t testing.TB, dir string) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.seg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+func TestRecordRoundTrip(t *testing.T) {
+	tests := []record{
+		{appended: time.Unix(0, 1), key: []byte("s1"), value: []byte(`{"a":1}`)},
+		{appended: time.Unix(1700000000, 5), key: []byte{}, value: []byte("v"),
+			headers: []kafka.Header{{Key: "traceparent", Value: []byte("00-x")}, {Key: "empty", Value: []byte{}}}},
+	}
+	for _, want := range tests {
+		enc := appendRecord([]byte("prefix"), want)[len("prefix"):]
+		got, n, err := readRecord(bytes.NewReader(enc))
+		if err != nil || n != len(enc) {
+			t.Fatalf("readRecord(appendRecord(%+v)) = %d bytes, %v; want %d bytes, nil", want, n, err, len(enc))
+		}
+		if !got.appended.Equal(want.appended) || !bytes.Equal(got.key, want.key) || !bytes.Equal(got.value, want.value) || len(got.headers) != len(want.headers) {
+			t.Fatalf("round trip = %+v; want %+v", got, want)
+		}
+		for i := range want.headers {
+			if got.headers[i].Key != want.headers[i].Key || !bytes.Equal(got.headers[i].Value, want.headers[i].Value) {
+				t.Fatalf("header %d = %+v; want %+v", i, got.headers[i], want.headers[i])
+			}
+		}
+	}
+}
+
+func TestReadRecordRejects(t *testing.T) {
+	good := appendRecord(nil, record{appended: time.Unix(0, 1), key: []byte("k"), value: []byte("value")})
+	flipped := bytes.Clone(good)
+	flipped[len(flipped)-1] ^= 1
+	hugeLen := bytes.Clone(good)
+	binary.LittleEndian.PutUint32(hugeLen, maxRecordBytes+1)
+	tests := []struct {
+		name string
+		in   []byte
+		want error
+	}{
+		{"empty", nil, io.EOF},
+		{"torn header", good[:5], io.ErrUnexpectedEOF},
+		{"torn payload", good[:len(good)-1], io.ErrUnexpectedEOF},
+		{"checksum", flipped, errCorrupt},
+		{"length out of range", hugeLen, errCorrupt},
+		{"zeros", make([]byte, 64), errCorrupt},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, _, err := readRecord(bytes.NewReader(tt.in)); !errors.Is(err, tt.want) {
+				t.Fatalf("readRecord = %v; want %v", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestCorruptTailIsTruncated damages the end of a spool the way a crash or a
+// bad disk would and checks that the next Logger keeps exactly the intact
+// records, cuts the rest, and says so in its log and metrics.
+func TestCorruptTailIsTruncated(t *testing.T) {
+	const published = 5
+	tests := []struct {
+		name       string
+		damage     func(t *testing.T, path string, recordStarts []int64)
+		wantEvents int
+		wantCut    int64 // bytes truncated
+	}{
+		{"torn header", func(t *testing.T, path string, _ []int64) { appendFile(t, path, []byte{9, 0, 0}) }, published, 3},
+		{"torn payload", func(t *testing.T, path string, _ []int64) { truncateBy(t, path, 10) }, published - 1, -1},
+		{"flipped bit in the last record", func(t *testing.T, path string, _ []int64) { flipLastByte(t, path) }, published - 1, -1},
+		{"flipped bit in the middle", func(t *testing.T, path string, starts []int64) { flipByteAt(t, path, starts[2]+recordHeaderSize+3) }, 2, -1},
+		{"zeros after the last record", func(t *testing.T, path string, _ []int64) { appendFile(t, path, make([]byte, 4096)) }, published, 4096},
+		{"huge length", func(t *testing.T, path string, _ []int64) {
+			appendFile(t, path, []byte{0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 1})
+		}, published, 9},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := testConfig([]string{"127.0.0.1:9"}, "topic", dir)
+			cfg.CloseTimeout = 0
+			evs := makeEvents(t, "p", 1, published-2)
+			first := newHarness(t, cfg)
+			publishAll(t, context.Background(), first.Logger, evs)
+			if err := first.Close(); err != nil {
+				t.Fatal(err)
+			}
+			files := segmentFiles(t, dir)
+			if len(files) != 1 {
+				t.Fatalf("segment files = %v; want one", files)
+			}
+			path := files[0]
+			starts, end := recordStarts(t, path)
+			tt.damage(t, path, starts)
+			damaged := fileSize(t, path)
+
+			second := newHarness(t, cfg)
+			events, backlogBytes := second.Backlog()
+			if events != tt.wantEvents {
+				t.Fatalf("Backlog() after damage = %d events; want %d", events, tt.wantEvents)
+			}
+			wantSize := end
+			if tt.wantEvents < published {
+				wantSize = starts[tt.wantEvents]
+			}
+			if got := fileSize(t, path); got != wantSize {
+				t.Errorf("segment size after recovery = %d; want %d (truncated after the last intact record)", got, wantSize)
+			}
+			if want := wantSize - int64(len(segmentMagic)); backlogBytes != want {
+				t.Errorf("Backlog() bytes = %d; want %d", backlogBytes, want)
+			}
+			wantCut := tt.wantCut
+			if wantCut < 0 {
+				wantCut = damaged - wantSize
+			}
+			if got := second.metric(t, "parley.sessionlog.spool.truncated"); got != wantCut {
+				t.Errorf("metric spool.truncated = %d; want %d", got, wantCut)
+			}
+			if !strings.Contains(second.logs.String(), "truncating") {
+				t.Errorf("recovery did not log the truncation:\n%s", second.logs)
+			}
+			b, err := second.spool.readBatch(100, 1<<20)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(b.recs) != tt.wantEvents {
+				t.Fatalf("readBatch after recovery = %d records; want %d", len(b.recs), tt.wantEvents)
+			}
+			for i, r := range b.recs {
+				if !bytes.Contains(r.value, []byte(evs[i].EventID)) {
+					t.Errorf("record %d = %s; want event %s", i, r.value, evs[i].EventID)
+				}
+			}
+		})
+	}
+}
+
+func TestRecoverySegmentFiles(t *testing.T) {
+	t.Run("segment torn while being created is removed", func(t *testing.T) {
+		dir := t.TempDir()
+		path := filepath.Join(dir, segmentName(3))
+		if err := os.WriteFile(path, []byte(segmentMagic[:3]), 0o640); err != nil {
+			t.Fatal(err)
+		}
+		h := newHarness(t, testConfig([]string{"127.0.0.1:9"}, "topic", dir))
+		if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("stat torn segment after New = %v; want it removed", err)
+		}
+		if files := segmentFiles(t, dir); len(files) != 1 || filepath.Base(files[0]) != segmentName(4) {
+			t.Errorf("segments = %v; want only the new %s", files, segmentName(4))
+		}
+		_ = h
+	})
+	t.Run("foreign file is refused", func(t *testing.T) {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, segmentName(1)), []byte("not a spool segment"), 0o640); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := New(testConfig([]string{"127.0.0.1:9"}, "topic", dir), nil, nil, nil); err == nil || !strings.Contains(err.Error(), "refusing") {
+			t.Errorf("New over a foreign .seg file = %v; want a refusal", err)
+		}
+	})
+	t.Run("cursor never lets a new segment id look delivered", func(t *testing.T) {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "cursor"), []byte("v1 57 8\n"), 0o640); err != nil {
+			t.Fatal(err)
+		}
+		cfg := testConfig([]string{"127.0.0.1:9"}, "topic", dir)
+		cfg.CloseTimeout = 0
+		first := newHarness(t, cfg)
+		publishAll(t, context.Background(), first.Logger, makeEvents(t, "p", 1, 1))
+		if err := first.Close(); err != nil {
+			t.Fatal(err)
+		}
+		second := newHarness(t, cfg)
+		if events, _ := second.Backlog(); events != 3 {
+			t.Errorf("Backlog() = %d events; want the 3 published", events)
+		}
+	})
+}
+
+func recordStarts(t *testing.T, path string) (starts []int64, end int64) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := bytes.NewReader(data[len(segmentMagic):])
+	off := int64(len(segmentMagic))
+	for {
+		_, n, err := readRecord(r)
+		if err == io.EOF {
+			return starts, off
+		}
+		if err != nil {
+			t.Fatalf("read undamaged segment at %d: %v", off, err)
+		}
+		starts = append(starts, off)
+		off += int64(n)
+	}
+}
+
+func fileSize(t *testing.T, path string) int64 {
+	t.Helper()
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Size()
+}
+
+func appendFile(t *testing.T, path string, b []byte) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func truncateBy(t *testing.T, path string, n int64) {
+	t.Helper()
+	if err := os.Truncate(path, fileSize(t, path)-n); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func flipLastByte(t *testing.T, path string) { flipByteAt(t, path, fileSize(t, path)-1) }
+
+func flipByteAt(t *testing.T, path string, off int64) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[off] ^= 0x40
+	if err := os.WriteFile(path, data, 0o640); err != nil {
+		t.Fatal(err)
+	}
+}
