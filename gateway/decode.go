@@ -1,0 +1,93 @@
+package gateway
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/parleyhq/parley/schema"
+)
+
+// readBody reads at most limit bytes of a request body: ErrTooLarge beyond.
+func readBody(r io.Reader, limit int64) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("%w: read body: %w", ErrBadRequest, err)
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%w: body is over %d bytes", ErrTooLarge, limit)
+	}
+	return b, nil
+}
+
+// decodeJSON decodes one JSON value from body into v. Invalid UTF-8,
+// malformed JSON, a value of the wrong type or trailing data are ErrBadRequest.
+func decodeJSON(body []byte, v any) error {
+	if !utf8.Valid(body) {
+		return fmt.Errorf("%w: body is not valid UTF-8", ErrBadRequest)
+	}
+	if len(strings.TrimSpace(string(body))) == 0 {
+		return fmt.Errorf("%w: body is empty; send a JSON object", ErrBadRequest)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return fmt.Errorf("%w: field %q must be %s", ErrBadRequest, te.Field, te.Type)
+		}
+		return fmt.Errorf("%w: body is not valid JSON: %w", ErrBadRequest, err)
+	}
+	return nil
+}
+
+// parseMessage decodes and checks the body of a player message.
+func parseMessage(body []byte, maxMessageBytes int) (schema.MessageRequest, error) {
+	var m schema.MessageRequest
+	if err := decodeJSON(body, &m); err != nil {
+		return m, err
+	}
+	if err := m.Validate(); err != nil {
+		return m, fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	if strings.TrimSpace(m.Text) == "" {
+		return m, fmt.Errorf("%w: text is blank", ErrBadRequest)
+	}
+	if len(m.Text) > maxMessageBytes {
+		return m, fmt.Errorf("%w: text is %d bytes, over the limit of %d", ErrTooLarge, len(m.Text), maxMessageBytes)
+	}
+	return m, nil
+}
+
+// utf8Chunker turns token texts, which may split a UTF-8 sequence between
+// tokens, into valid UTF-8 pieces: it holds back an incomplete sequence at
+// the end and replaces invalid bytes with U+FFFD. A reply is the
+// concatenation of its pieces, streamed or not.
+type utf8Chunker struct{ pending []byte }
+
+func (u *utf8Chunker) push(s string) string {
+	u.pending = append(u.pending, s...)
+	cut := len(u.pending)
+	for i := len(u.pending) - 1; i >= 0 && i >= len(u.pending)-utf8.UTFMax+1; i-- {
+		b := u.pending[i]
+		if b < utf8.RuneSelf {
+			break
+		}
+		if utf8.RuneStart(b) {
+			if !utf8.FullRune(u.pending[i:]) {
+				cut = i
+			}
+			break
+		}
+	}
+	out := strings.ToValidUTF8(string(u.pending[:cut]), "\uFFFD")
+	u.pending = append(u.pending[:0], u.pending[cut:]...)
+	return out
+}
+
+func (u *utf8Chunker) flush() string {
+	out := strings.ToValidUTF8(string(u.pending), "\uFFFD")
+	u.pending = u.pending[:0]
+	return out
+}

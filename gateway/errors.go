@@ -1,0 +1,134 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/parleyhq/parley/schema"
+)
+
+// Domain errors the handlers return; errorHandler maps each to its status
+// and code. Wrap them with %w to add detail: the message of the wrapping
+// error is what the client reads.
+var (
+	ErrBadRequest      = errors.New("bad request")
+	ErrUnauthorized    = errors.New("missing or unknown api key")
+	ErrForbidden       = errors.New("forbidden")
+	ErrNotFound        = errors.New("not found")
+	ErrSessionEnded    = errors.New("session has ended")
+	ErrTurnInProgress  = errors.New("another message of this session is being answered")
+	ErrTooLarge        = errors.New("too large")
+	ErrRateLimited     = errors.New("rate limited")
+	ErrRequestTimeout  = errors.New("request timed out")
+	ErrEventsUnlogged  = errors.New("session events could not be logged")
+	errClientCancelled = errors.New("client went away")
+)
+
+// retryError carries how long a client should wait (429's Retry-After).
+type retryError struct {
+	err   error
+	after time.Duration
+}
+
+func (e *retryError) Error() string { return e.err.Error() }
+func (e *retryError) Unwrap() error { return e.err }
+
+// errorStatus maps err to its HTTP status and machine-readable code.
+func errorStatus(err error) (int, string) {
+	var he *echo.HTTPError
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.Is(err, ErrBadRequest):
+		return http.StatusBadRequest, "bad_request"
+	case errors.Is(err, ErrUnauthorized):
+		return http.StatusUnauthorized, "unauthorized"
+	case errors.Is(err, ErrForbidden):
+		return http.StatusForbidden, "forbidden"
+	case errors.Is(err, ErrNotFound):
+		return http.StatusNotFound, "not_found"
+	case errors.Is(err, ErrSessionEnded):
+		return http.StatusConflict, "session_ended"
+	case errors.Is(err, ErrTurnInProgress):
+		return http.StatusConflict, "turn_in_progress"
+	case errors.Is(err, ErrTooLarge), errors.As(err, &mbe):
+		return http.StatusRequestEntityTooLarge, "too_large"
+	case errors.Is(err, ErrRateLimited):
+		return http.StatusTooManyRequests, "rate_limited"
+	case errors.Is(err, ErrOverloaded):
+		return http.StatusTooManyRequests, "overloaded"
+	case errors.Is(err, ErrUnavailable), errors.Is(err, ErrEventsUnlogged):
+		return http.StatusServiceUnavailable, "unavailable"
+	case errors.Is(err, ErrRequestTimeout), errors.Is(err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout, "timeout"
+	case errors.As(err, &he):
+		return he.Code, codeOfStatus(he.Code)
+	}
+	return http.StatusInternalServerError, "internal"
+}
+
+func codeOfStatus(status int) string {
+	switch status {
+	case http.StatusNotFound:
+		return "not_found"
+	case http.StatusMethodNotAllowed:
+		return "method_not_allowed"
+	case http.StatusRequestEntityTooLarge:
+		return "too_large"
+	case http.StatusUnauthorized:
+		return "unauthorized"
+	case http.StatusForbidden:
+		return "forbidden"
+	case http.StatusTooManyRequests:
+		return "rate_limited"
+	case http.StatusServiceUnavailable:
+		return "unavailable"
+	}
+	if status < 500 {
+		return "bad_request"
+	}
+	return "internal"
+}
+
+// errorHandler is the one place errors become responses:
+// {"error":{"code","message"}} with the status of errorStatus, and
+// Retry-After on 429 and 503. Internal errors are logged, not shown.
+func (s *Server) errorHandler(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	if errors.Is(err, errClientCancelled) || errors.Is(c.Request().Context().Err(), context.Canceled) {
+		s.log.Info("request cancelled by client", "route", c.Path())
+		c.Response().WriteHeader(499) // nginx's "client closed request", for logs and metrics only
+		return
+	}
+	status, code := errorStatus(err)
+	msg := err.Error()
+	var he *echo.HTTPError
+	if errors.As(err, &he) {
+		if m, ok := he.Message.(string); ok {
+			msg = m
+		} else {
+			msg = http.StatusText(status)
+		}
+	}
+	if status >= 500 && status != http.StatusServiceUnavailable && status != http.StatusGatewayTimeout {
+		s.log.Error("request failed", "route", c.Path(), "err", err)
+		msg = "internal error"
+	}
+	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
+		after := time.Second
+		var re *retryError
+		if errors.As(err, &re) && re.after > after {
+			after = re.after
+		}
+		c.Response().Header().Set("Retry-After", strconv.Itoa(int((after+time.Second-1)/time.Second)))
+	}
+	if err := c.JSON(status, schema.ErrorBody{Error: schema.ErrorDetail{Code: code, Message: msg}}); err != nil {
+		s.log.Info("write error response", "err", err)
+	}
+}

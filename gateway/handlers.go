@@ -1,0 +1,241 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/labstack/echo/v4"
+
+	"github.com/parleyhq/parley/inference"
+	"github.com/parleyhq/parley/schema"
+)
+
+// POST /v1/sessions
+func (s *Server) createSessionHandler(c echo.Context) error {
+	ctx := c.Request().Context()
+	p := principalOf(c)
+	body, err := readBody(c.Request().Body, s.cfg.MaxBodyBytes)
+	if err != nil {
+		return err
+	}
+	var req schema.CreateSessionRequest
+	if err := decodeJSON(body, &req); err != nil {
+		return err
+	}
+	if err := req.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	if req.NPCID == "" {
+		req.NPCID = s.cfg.DefaultNPC
+	}
+	persona, ok := s.cfg.Personas[req.NPCID]
+	if !ok {
+		return fmt.Errorf("%w: npc_id %q is not one of this deployment's NPCs", ErrBadRequest, req.NPCID)
+	}
+	if err := s.limit(ctx, p.ClientID, req.PlayerID); err != nil {
+		return err
+	}
+	asg, _, err := s.router.Assign(ctx, req.PlayerID)
+	if err != nil {
+		return fmt.Errorf("assign policy: %w", err)
+	}
+	sess := &session{
+		ID: uuid.Must(uuid.NewV7()).String(), ClientID: p.ClientID, PlayerID: req.PlayerID, NPCID: req.NPCID,
+		PolicyVersion: asg.PolicyVersion, Arm: asg.Arm, ExperimentID: asg.ExperimentID, Client: req.Client,
+	}
+	if err := s.createSession(ctx, sess); err != nil {
+		return err
+	}
+	ev := s.newEvent(sess, schema.SessionStarted)
+	ev.Client = req.Client
+	if err := s.publish(ctx, ev); err != nil {
+		// The session never started for the player: forget it.
+		ctx := context.WithoutCancel(ctx)
+		s.rdb.ZRem(ctx, s.activeKey(), sess.ID)
+		s.rdb.Del(ctx, s.sessionKey(sess.ID))
+		return err
+	}
+	s.metrics.started.Add(ctx, 1)
+	return c.JSON(http.StatusCreated, schema.CreateSessionResponse{
+		SessionID: sess.ID, Greeting: persona.Greeting, PolicyVersion: sess.PolicyVersion, Arm: sess.Arm,
+	})
+}
+
+// ownedSession loads the session named in the path, checking that the
+// caller created it.
+func (s *Server) ownedSession(c echo.Context) (*session, error) {
+	sess, err := s.loadSession(c.Request().Context(), c.Param("id"))
+	if err != nil {
+		return nil, err
+	}
+	if sess.ClientID != principalOf(c).ClientID {
+		return nil, fmt.Errorf("%w: session %s belongs to another client", ErrForbidden, sess.ID)
+	}
+	return sess, nil
+}
+
+// POST /v1/sessions/{id}/messages
+func (s *Server) messageHandler(c echo.Context) error {
+	start := time.Now()
+	body, err := readBody(c.Request().Body, s.cfg.MaxBodyBytes)
+	if err != nil {
+		return err
+	}
+	msg, err := parseMessage(body, s.cfg.MaxMessageBytes)
+	if err != nil {
+		return err
+	}
+	sess, err := s.ownedSession(c)
+	if err != nil {
+		return err
+	}
+	if sess.Ended != "" {
+		return fmt.Errorf("session %s ended (%s): %w", sess.ID, sess.Ended, ErrSessionEnded)
+	}
+	ctx := c.Request().Context()
+	if err := s.limit(ctx, sess.ClientID, sess.PlayerID); err != nil {
+		return err
+	}
+	unlock, err := s.lockTurn(ctx, sess.ID)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	// Re-read under the lock: another gateway may have answered a turn.
+	if sess, err = s.loadSession(ctx, sess.ID); err != nil {
+		return err
+	}
+	if err := s.touch(ctx, sess.ID); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+
+	persona, ok := s.cfg.Personas[sess.NPCID]
+	if !ok {
+		persona = s.cfg.Personas[s.cfg.DefaultNPC]
+	}
+	sse := &sseWriter{c: c}
+	var onPiece func(string) error
+	if wantsSSE(c) {
+		onPiece = func(piece string) error { return sse.send("token", tokenEvent{Text: piece}) }
+	}
+
+	verdict := s.guard.CheckInput(msg.Text)
+	var out generated
+	if verdict.Safety == schema.SafetyNone {
+		gen, err := s.router.Pinned(ctx, sess.PolicyVersion)
+		if err != nil {
+			return fmt.Errorf("engine of %s: %w", sess.PolicyVersion, err)
+		}
+		tok := gen.Tokenizer()
+		prompt, err := buildPrompt(tok, persona, sess.History, msg.Text, gen.MaxSeq(), min(s.cfg.Sampling.MaxTokens, gen.MaxSeq()/2))
+		if err != nil {
+			return err
+		}
+		out, err = s.generate(ctx, gen, s.request(prompt, tok), onPiece)
+		if err != nil {
+			return sse.fail(s, err)
+		}
+		verdict = s.guard.CheckOutput(out.Text, persona.Card)
+	} else if onPiece != nil {
+		if err := onPiece(verdict.Reply); err != nil {
+			return fmt.Errorf("%w: %w", errClientCancelled, err)
+		}
+	}
+	reply := out.Text
+	if verdict.Safety != schema.SafetyNone {
+		reply = verdict.Reply
+		s.log.Info("safety guard", "session_id", sess.ID, "rule", verdict.Rule)
+	}
+
+	x := schema.Exchange{Turn: sess.Turns + 1, User: msg.Text, NPC: reply, Safety: verdict.Safety}
+	ended, err := s.appendTurn(ctx, sess, x)
+	if err != nil {
+		return sse.fail(s, err)
+	}
+	ev := s.newEvent(sess, schema.TurnEvent)
+	ev.Turn, ev.UserText, ev.NPCText, ev.Safety = x.Turn, x.User, x.NPC, x.Safety
+	ev.LatencyMS = time.Since(start).Milliseconds()
+	ev.TokensIn, ev.TokensOut = out.Completion.PromptTokens, out.Completion.CompletionTokens
+	if err := s.publish(ctx, ev); err != nil {
+		return sse.fail(s, err)
+	}
+	s.metrics.turn(ctx, x.Safety)
+	resp := schema.MessageResponse{Reply: reply, Turn: x.Turn, Safety: x.Safety}
+	if ended {
+		resp.Ended = schema.EndMaxTurns
+		if err := s.publish(ctx, s.endedEvent(sess, schema.EndMaxTurns)); err != nil {
+			return sse.fail(s, err)
+		}
+		s.metrics.sessionsEnded(ctx, schema.EndMaxTurns)
+	}
+	if onPiece != nil {
+		if err := sse.send("done", resp); err != nil {
+			return fmt.Errorf("%w: %w", errClientCancelled, err)
+		}
+		return nil
+	}
+	return c.JSON(http.StatusOK, resp)
+}
+
+// tokenEvent is the data of an SSE "token" event.
+type tokenEvent struct {
+	Text string `json:"text"`
+}
+
+// request builds the generation request of an NPC reply from the configured sampling.
+func (s *Server) request(prompt []int, tok *inference.Tokenizer) GenerateRequest {
+	sp := s.cfg.Sampling
+	return GenerateRequest{
+		Prompt: prompt, MaxTokens: sp.MaxTokens, Temperature: sp.Temperature, TopK: sp.TopK, TopP: sp.TopP,
+		Seed: sp.Seed, Stop: stopIDs(tok),
+	}
+}
+
+// POST /v1/sessions/{id}/end
+func (s *Server) endSessionHandler(c echo.Context) error {
+	sess, err := s.ownedSession(c)
+	if err != nil {
+		return err
+	}
+	if sess.Ended != "" {
+		return fmt.Errorf("session %s ended (%s): %w", sess.ID, sess.Ended, ErrSessionEnded)
+	}
+	ctx := c.Request().Context()
+	ended, err := s.endSession(ctx, sess.ID, schema.EndPlayerEnded, "+inf")
+	if err != nil {
+		return err
+	}
+	if ended == nil {
+		return fmt.Errorf("session %s: %w", sess.ID, ErrSessionEnded)
+	}
+	if err := s.publish(ctx, s.endedEvent(ended, schema.EndPlayerEnded)); err != nil {
+		return err
+	}
+	s.metrics.sessionsEnded(ctx, schema.EndPlayerEnded)
+	return c.JSON(http.StatusOK, view(ended))
+}
+
+// GET /v1/sessions/{id}
+func (s *Server) getSessionHandler(c echo.Context) error {
+	sess, err := s.ownedSession(c)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, view(sess))
+}
+
+func view(sess *session) schema.SessionView {
+	t := sess.History
+	if t == nil {
+		t = []schema.Exchange{}
+	}
+	return schema.SessionView{
+		SessionID: sess.ID, PlayerID: sess.PlayerID, NPCID: sess.NPCID, PolicyVersion: sess.PolicyVersion,
+		Arm: sess.Arm, Turns: sess.Turns, Ended: sess.Ended, Transcript: t,
+	}
+}

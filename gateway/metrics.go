@@ -1,0 +1,85 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/parleyhq/parley/schema"
+)
+
+// metrics are the gateway's instruments. Attributes are routes, methods,
+// statuses, verdicts and reasons: never player text or ids.
+type metrics struct {
+	requests      metric.Int64Counter
+	duration      metric.Float64Histogram
+	ttft          metric.Float64Histogram
+	turns         metric.Int64Counter
+	started       metric.Int64Counter
+	ended         metric.Int64Counter
+	publishErrors metric.Int64Counter
+}
+
+func newMetrics(m metric.Meter) (*metrics, error) {
+	var ms metrics
+	var err error
+	mk := func(f func() error) {
+		if err == nil {
+			err = f()
+		}
+	}
+	mk(func() (e error) {
+		ms.requests, e = m.Int64Counter("parley.gateway.requests", metric.WithDescription("HTTP requests by route and status"))
+		return
+	})
+	mk(func() (e error) {
+		ms.duration, e = m.Float64Histogram("parley.gateway.request.duration", metric.WithUnit("s"),
+			metric.WithDescription("HTTP request duration by route and status"))
+		return
+	})
+	mk(func() (e error) {
+		ms.ttft, e = m.Float64Histogram("parley.gateway.time_to_first_token", metric.WithUnit("s"),
+			metric.WithDescription("time from a message to its first reply token"))
+		return
+	})
+	mk(func() (e error) {
+		ms.turns, e = m.Int64Counter("parley.gateway.turns", metric.WithDescription("exchanges by safety verdict"))
+		return
+	})
+	mk(func() (e error) {
+		ms.started, e = m.Int64Counter("parley.gateway.sessions.started", metric.WithDescription("sessions started"))
+		return
+	})
+	mk(func() (e error) {
+		ms.ended, e = m.Int64Counter("parley.gateway.sessions.ended", metric.WithDescription("sessions ended by reason"))
+		return
+	})
+	mk(func() (e error) {
+		ms.publishErrors, e = m.Int64Counter("parley.gateway.event_publish_errors",
+			metric.WithDescription("session events the sink refused"))
+		return
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gateway metrics: %w", err)
+	}
+	return &ms, nil
+}
+
+func (m *metrics) request(ctx context.Context, route, method string, status int, d time.Duration) {
+	attrs := metric.WithAttributes(attribute.String("route", route), attribute.String("method", method),
+		attribute.String("status", strconv.Itoa(status)))
+	m.requests.Add(ctx, 1, attrs)
+	m.duration.Record(ctx, d.Seconds(), attrs)
+}
+
+func (m *metrics) turn(ctx context.Context, safety schema.Safety) {
+	m.turns.Add(ctx, 1, metric.WithAttributes(attribute.String("safety", string(safety))))
+}
+
+func (m *metrics) sessionsEnded(ctx context.Context, reason schema.EndReason) {
+	m.ended.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", string(reason))))
+}

@@ -1,0 +1,92 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// takeScript takes one token from every bucket in KEYS or from none.
+// ARGV: now (ms), ttl (ms), then rate (tokens/ms) and burst of each key.
+// A bucket is a hash {tokens, ts}; a missing one is full. It returns 0 when
+// the tokens were taken, or else the milliseconds until they would be.
+var takeScript = redis.NewScript(`
+local now = tonumber(ARGV[1])
+local ttl = tonumber(ARGV[2])
+local wait = 0
+local levels = {}
+local stamps = {}
+for i, key in ipairs(KEYS) do
+  local rate = tonumber(ARGV[1 + 2 * i])
+  local burst = tonumber(ARGV[2 + 2 * i])
+  local b = redis.call('HMGET', key, 'tokens', 'ts')
+  local tokens = tonumber(b[1]) or burst
+  local ts = tonumber(b[2]) or now
+  if now > ts then
+    tokens = math.min(burst, tokens + (now - ts) * rate)
+    ts = now
+  end
+  levels[i] = tokens
+  stamps[i] = ts
+  if tokens < 1 then
+    local w = math.ceil((1 - tokens) / rate)
+    if w > wait then wait = w end
+  end
+end
+if wait > 0 then return wait end
+for i, key in ipairs(KEYS) do
+  redis.call('HSET', key, 'tokens', tostring(levels[i] - 1), 'ts', tostring(stamps[i]))
+  redis.call('PEXPIRE', key, ttl)
+end
+return 0
+`)
+
+// bucket is one token bucket to take from.
+type bucket struct {
+	key   string
+	rate  float64 // tokens per second; 0 means unlimited
+	burst int
+}
+
+// take takes a token from each bucket, all or none. It returns a retryError
+// wrapping ErrRateLimited when a bucket is empty.
+func (s *Server) take(ctx context.Context, buckets ...bucket) error {
+	var keys []string
+	args := []any{s.now().UnixMilli(), 0}
+	var longest time.Duration
+	for _, b := range buckets {
+		if b.rate <= 0 {
+			continue
+		}
+		keys = append(keys, b.key)
+		args = append(args, strconv.FormatFloat(b.rate/1000, 'g', -1, 64), b.burst)
+		if d := time.Duration(float64(b.burst) / b.rate * float64(time.Second)); d > longest {
+			longest = d
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	args[1] = (longest + time.Minute).Milliseconds()
+	wait, err := takeScript.Run(ctx, s.rdb, keys, args...).Int64()
+	if err != nil {
+		return fmt.Errorf("rate limit: %w", err)
+	}
+	if wait > 0 {
+		return &retryError{err: fmt.Errorf("%w: slow down", ErrRateLimited), after: time.Duration(wait) * time.Millisecond}
+	}
+	return nil
+}
+
+// limit takes a request's tokens from the client's bucket and, when
+// playerID is set, from that player's bucket.
+func (s *Server) limit(ctx context.Context, clientID, playerID string) error {
+	bs := []bucket{{key: s.cfg.KeyPrefix + "ratelimit:" + clientID, rate: s.cfg.ClientRate, burst: s.cfg.ClientBurst}}
+	if playerID != "" {
+		bs = append(bs, bucket{key: s.cfg.KeyPrefix + "ratelimit:" + clientID + ":" + playerID, rate: s.cfg.PlayerRate, burst: s.cfg.PlayerBurst})
+	}
+	return s.take(ctx, bs...)
+}

@@ -1,0 +1,145 @@
+package gateway
+
+import (
+	"regexp"
+	"strings"
+
+	"github.com/parleyhq/parley/schema"
+)
+
+// Guard is the safety guard that runs before and after the model on every
+// player message. Its rules, in order:
+//
+//  1. Crisis (before the model). A message that speaks of harming or killing
+//     oneself ("kill myself", "end my life", "suicidal", "want to die",
+//     "cut myself", "no reason to live", "better off dead", "overdose" ...)
+//     is not sent to the model. The player gets CrisisReply, a supportive
+//     out-of-character message with crisis-line guidance, and the turn is
+//     logged with safety "crisis". The session goes on.
+//  2. Refusal (before the model). A jailbreak attempt ("ignore your previous
+//     instructions", "system prompt", "developer mode", "DAN", "you have no
+//     rules", "bypass your filters" ...) or a request for clearly illegal
+//     help (making bombs, explosives or drugs, buying or selling drugs,
+//     hacking into accounts, stealing cards or identities, laundering money,
+//     sexual content involving minors) is not sent to the model. The player
+//     gets RefusalReply, a short in-character refusal, logged with safety
+//     "refused".
+//  3. Output check (after the model). A reply that urges self-harm
+//     ("kill yourself", "end your life"), matches the illegal-help rules of
+//     2, or leaks the persona card (eight or more consecutive words of it) is
+//     replaced by RefusalReply with safety "refused". In a streamed reply the
+//     tokens were already sent; the final "done" event carries the
+//     replacement, and clients show that.
+//
+// Everything else goes to the model unchanged, including the paper's other
+// two adversarial kinds: contradictory players (who say the opposite of what
+// they said before) and aggressive ones (insults, in-game threats) get a
+// normal in-character reply. Matching is on a normalised text: lower case,
+// common digit-for-letter substitutions undone (0→o, 1→i, 3→e, 4→a, 5→s,
+// 7→t, @→a, $→s), everything but letters and apostrophes turned into single
+// spaces. The rules are deliberately conservative keyword patterns: they
+// miss paraphrases and may refuse some in-game talk of bombs; they are a
+// floor, not a classifier.
+type Guard struct{}
+
+// Verdict is what the guard decided about one text.
+type Verdict struct {
+	Safety schema.Safety
+	// Rule names the rule that fired ("crisis", "jailbreak", "illegal",
+	// "self-harm-output", "prompt-leak"); empty when none did.
+	Rule string
+	// Reply replaces the NPC's reply when a rule fired.
+	Reply string
+}
+
+// CrisisReply is the reply to a high-risk (self-harm) message.
+const CrisisReply = "I'm stepping out of our story for a moment, because what you just said matters more than any quest. " +
+	"If you are thinking about hurting yourself or ending your life, please reach out to someone now: " +
+	"in the US call or text 988 (Suicide & Crisis Lifeline), in the UK and Ireland call Samaritans on 116 123, " +
+	"and anywhere else you can find a local helpline at findahelpline.com. " +
+	"If you are in immediate danger, call your local emergency number. " +
+	"You don't have to face this alone, and I'm here if you want to keep talking."
+
+// RefusalReply is the reply to a jailbreak or an illegal request.
+const RefusalReply = "I can't help with that, friend. Let's get back to our adventure. What would you like to do next?"
+
+var (
+	leetReplacer = strings.NewReplacer("0", "o", "1", "i", "3", "e", "4", "a", "5", "s", "7", "t", "@", "a", "$", "s", "’", "'")
+	nonLetterRE  = regexp.MustCompile(`[^\p{L}']+`)
+
+	crisisRE = regexp.MustCompile(`\b(` +
+		`(kill|killing|hurt|hurting|harm|harming|cut|cutting|hang|hanging|drown|drowning) (my ?self|me)|` +
+		`end(ing)? (my|it) (own )?(life|all)|take (my|away my) (own )?life|` +
+		`suicid(e|al)( thoughts?| note| plan)?|self ?harm(ing)?|` +
+		`(want|wanna|going|plan|planning|ready) (to )?die|wish i (was|were) dead|better off dead|` +
+		`(no|nothing) (reason|point) (to|in) (live|living|go on|going on)|don'?t want to (live|be alive|exist)|` +
+		`overdos(e|ing)|jump(ing)? off (a|the) (bridge|building|roof)` +
+		`)\b`)
+	// crisisExceptRE clears game talk that crisisRE would catch.
+	crisisExceptRE = regexp.MustCompile(`\bsuicide (mission|squad|run|pact card)\b`)
+
+	jailbreakRE = regexp.MustCompile(`\b(` +
+		`(ignore|disregard|forget|override) (all |any |the |your |my )*(previous |prior |above |earlier |original )?(instructions|rules|prompts?|programming|guidelines)|` +
+		`(system|hidden|initial) prompt|reveal (your|the) (prompt|instructions)|` +
+		`developer mode|dan mode|do anything now|jailbr(eak|oken)|` +
+		`you (have|got) no (rules|restrictions|filters|limits)|without (any )?(rules|restrictions|filters|limits)|` +
+		`(bypass|disable|turn off) (your |the )?(safety|filters?|rules|guardrails)|` +
+		`act as an? (unfiltered|uncensored|unrestricted)|pretend (you are|to be|you're) (not an? )?(ai|chatbot|language model|an? unfiltered)` +
+		`)\b`)
+
+	illegalRE = regexp.MustCompile(`\b(` +
+		`(make|making|build|building|cook|cooking|synthesi[sz]e|produce|mix) (a |an |some )?(pipe )?(bomb|explosives?|meth|methamphetamine|cocaine|heroin|fentanyl|nerve gas|ricin|napalm|ghost gun)|` +
+		`(buy|buying|sell|selling|get|score) (some )?(drugs|cocaine|heroin|meth|fentanyl|weed illegally)|` +
+		`hack(ing)? into|steal(ing)? (someone'?s? |a |their )?(credit cards?|card numbers|identity|passwords?|bank)|credit card numbers|` +
+		`launder(ing)? money|money laundering|child (porn|sexual)|sex(ual)? with (a )?(minor|child|kid)` +
+		`)\b`)
+
+	selfHarmOutputRE = regexp.MustCompile(`\b(kill (your ?self|urself)|kys|end your (own )?life|you should die|cut your ?self)\b`)
+)
+
+func normalize(s string) string {
+	s = leetReplacer.Replace(strings.ToLower(s))
+	return " " + strings.TrimSpace(nonLetterRE.ReplaceAllString(s, " ")) + " "
+}
+
+// CheckInput judges a player's message before it reaches the model.
+func (Guard) CheckInput(text string) Verdict {
+	n := normalize(text)
+	switch {
+	case crisisRE.MatchString(n) && !crisisExceptRE.MatchString(n):
+		return Verdict{Safety: schema.SafetyCrisis, Rule: "crisis", Reply: CrisisReply}
+	case jailbreakRE.MatchString(n):
+		return Verdict{Safety: schema.SafetyRefused, Rule: "jailbreak", Reply: RefusalReply}
+	case illegalRE.MatchString(n):
+		return Verdict{Safety: schema.SafetyRefused, Rule: "illegal", Reply: RefusalReply}
+	}
+	return Verdict{Safety: schema.SafetyNone}
+}
+
+// CheckOutput judges the model's reply before the player sees it (or, when
+// streaming, before the final event); card is the persona card of the prompt.
+func (Guard) CheckOutput(reply, card string) Verdict {
+	n := normalize(reply)
+	switch {
+	case selfHarmOutputRE.MatchString(n):
+		return Verdict{Safety: schema.SafetyRefused, Rule: "self-harm-output", Reply: RefusalReply}
+	case illegalRE.MatchString(n):
+		return Verdict{Safety: schema.SafetyRefused, Rule: "illegal", Reply: RefusalReply}
+	case leaksCard(n, normalize(card)):
+		return Verdict{Safety: schema.SafetyRefused, Rule: "prompt-leak", Reply: RefusalReply}
+	}
+	return Verdict{Safety: schema.SafetyNone}
+}
+
+// leaksCard reports whether reply (normalised) holds eight consecutive
+// words of card (normalised).
+func leaksCard(reply, card string) bool {
+	const n = 8
+	words := strings.Fields(card)
+	for i := 0; i+n <= len(words); i++ {
+		if strings.Contains(reply, " "+strings.Join(words[i:i+n], " ")+" ") {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,288 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/parleyhq/parley/schema"
+)
+
+// session is the state of one conversation, kept in the Redis hash
+// {prefix}session:{id}. Any gateway on the same Redis can continue it.
+type session struct {
+	ID            string
+	ClientID      string // the API client that created it; only it may touch it
+	PlayerID      string
+	NPCID         string
+	PolicyVersion string
+	Arm           string
+	ExperimentID  string
+	Turns         int
+	Ended         schema.EndReason
+	History       []schema.Exchange // the latest exchanges, at most Config.MaxHistory
+	Client        *schema.ClientMeta
+}
+
+// Redis layout of sessions:
+//
+//	{prefix}session:{id}        hash: client, player, npc, policy_version, arm,
+//	                            experiment_id, turns, ended, history (JSON), client_meta, last_activity
+//	{prefix}session:{id}:lock   a turn in progress (SET NX with a token)
+//	{prefix}sessions:active     sorted set: session id scored by last activity (unix ms)
+//
+// Idle sessions are found through the sorted set, not keyspace
+// notifications: the sweeper ends every session whose score is older than
+// the idle timeout. The hash's TTL (idle timeout + ended retention) only
+// cleans up after gateways that were all down for that long.
+func (s *Server) sessionKey(id string) string { return s.cfg.KeyPrefix + "session:" + id }
+func (s *Server) lockKey(id string) string    { return s.cfg.KeyPrefix + "session:" + id + ":lock" }
+func (s *Server) activeKey() string           { return s.cfg.KeyPrefix + "sessions:active" }
+
+func (s *Server) liveTTL() time.Duration { return s.cfg.IdleTimeout + s.cfg.EndedRetention }
+
+// createSession stores a new session and marks it active.
+func (s *Server) createSession(ctx context.Context, sess *session) error {
+	var meta []byte
+	if sess.Client != nil {
+		meta, _ = json.Marshal(sess.Client)
+	}
+	now := s.now()
+	key := s.sessionKey(sess.ID)
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, key,
+			"client", sess.ClientID, "player", sess.PlayerID, "npc", sess.NPCID,
+			"policy_version", sess.PolicyVersion, "arm", sess.Arm, "experiment_id", sess.ExperimentID,
+			"turns", 0, "ended", "", "history", "[]", "client_meta", string(meta),
+			"last_activity", now.UnixMilli())
+		p.PExpire(ctx, key, s.liveTTL())
+		p.ZAdd(ctx, s.activeKey(), redis.Z{Score: float64(now.UnixMilli()), Member: sess.ID})
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("create session %s: %w", sess.ID, err)
+	}
+	return nil
+}
+
+// loadSession reads a session; ErrNotFound when there is none.
+func (s *Server) loadSession(ctx context.Context, id string) (*session, error) {
+	if _, err := uuid.Parse(id); err != nil {
+		return nil, fmt.Errorf("session %q: %w", id, ErrNotFound)
+	}
+	m, err := s.rdb.HGetAll(ctx, s.sessionKey(id)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("load session %s: %w", id, err)
+	}
+	if len(m) == 0 {
+		return nil, fmt.Errorf("session %s: %w", id, ErrNotFound)
+	}
+	return decodeSession(id, m)
+}
+
+func decodeSession(id string, m map[string]string) (*session, error) {
+	sess := &session{
+		ID: id, ClientID: m["client"], PlayerID: m["player"], NPCID: m["npc"],
+		PolicyVersion: m["policy_version"], Arm: m["arm"], ExperimentID: m["experiment_id"],
+		Ended: schema.EndReason(m["ended"]),
+	}
+	var err error
+	if sess.Turns, err = strconv.Atoi(m["turns"]); err != nil {
+		return nil, fmt.Errorf("decode session %s turns: %w", id, err)
+	}
+	if err := json.Unmarshal([]byte(m["history"]), &sess.History); err != nil {
+		return nil, fmt.Errorf("decode session %s history: %w", id, err)
+	}
+	if cm := m["client_meta"]; cm != "" {
+		sess.Client = new(schema.ClientMeta)
+		if err := json.Unmarshal([]byte(cm), sess.Client); err != nil {
+			return nil, fmt.Errorf("decode session %s client meta: %w", id, err)
+		}
+	}
+	return sess, nil
+}
+
+// lockTurn takes the session's turn lock, so that one message at a time is
+// answered; it returns the function that releases it.
+func (s *Server) lockTurn(ctx context.Context, id string) (func(), error) {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	token := hex.EncodeToString(b)
+	ok, err := s.rdb.SetNX(ctx, s.lockKey(id), token, s.cfg.RequestTimeout+10*time.Second).Result()
+	if err != nil {
+		return nil, fmt.Errorf("lock session %s: %w", id, err)
+	}
+	if !ok {
+		return nil, ErrTurnInProgress
+	}
+	return func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := unlockScript.Run(ctx, s.rdb, []string{s.lockKey(id)}, token).Err(); err != nil {
+			s.log.Warn("unlock session", "session_id", id, "err", err)
+		}
+	}, nil
+}
+
+var unlockScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0`)
+
+// touchScript records activity on a live session: KEYS session, active set;
+// ARGV id, now ms, ttl ms. It returns 0 when the session is gone or ended.
+var touchScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'ended') ~= '' then return 0 end
+if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then return 0 end
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+redis.call('HSET', KEYS[1], 'last_activity', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1`)
+
+// touch records that the player is active, so the sweeper leaves the
+// session alone while its reply is generated.
+func (s *Server) touch(ctx context.Context, id string) error {
+	now := s.now().UnixMilli()
+	n, err := touchScript.Run(ctx, s.rdb, []string{s.sessionKey(id), s.activeKey()}, id, now, s.liveTTL().Milliseconds()).Int()
+	if err != nil {
+		return fmt.Errorf("touch session %s: %w", id, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("session %s: %w", id, ErrSessionEnded)
+	}
+	return nil
+}
+
+// appendScript records one exchange. KEYS: session, active set. ARGV: id,
+// expected turns before, new history JSON, now ms, ttl ms, max turns,
+// ended retention ms. Returns -1 if the session ended meanwhile, -2 if
+// another turn got in first, 1 if this turn ended it at max turns, else 0.
+var appendScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HGET', KEYS[1], 'ended') ~= '' then return -1 end
+local turns = tonumber(redis.call('HGET', KEYS[1], 'turns'))
+if turns ~= tonumber(ARGV[2]) then return -2 end
+turns = turns + 1
+redis.call('HSET', KEYS[1], 'turns', turns, 'history', ARGV[3], 'last_activity', ARGV[4])
+if turns >= tonumber(ARGV[6]) and redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
+  redis.call('HSET', KEYS[1], 'ended', 'max_turns')
+  redis.call('PEXPIRE', KEYS[1], ARGV[7])
+  return 1
+end
+redis.call('ZADD', KEYS[2], ARGV[4], ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+return 0`)
+
+// appendTurn adds x to the session's history (keeping the latest
+// MaxHistory) and reports whether the session thereby reached MaxTurns.
+func (s *Server) appendTurn(ctx context.Context, sess *session, x schema.Exchange) (ended bool, err error) {
+	hist := append(sess.History, x)
+	if over := len(hist) - s.cfg.MaxHistory; over > 0 {
+		hist = hist[over:]
+	}
+	hj, err := json.Marshal(hist)
+	if err != nil {
+		return false, fmt.Errorf("append turn to %s: %w", sess.ID, err)
+	}
+	r, err := appendScript.Run(ctx, s.rdb, []string{s.sessionKey(sess.ID), s.activeKey()},
+		sess.ID, sess.Turns, hj, s.now().UnixMilli(), s.liveTTL().Milliseconds(), s.cfg.MaxTurns,
+		s.cfg.EndedRetention.Milliseconds()).Int()
+	if err != nil {
+		return false, fmt.Errorf("append turn to %s: %w", sess.ID, err)
+	}
+	switch r {
+	case -1:
+		return false, fmt.Errorf("session %s: %w", sess.ID, ErrSessionEnded)
+	case -2:
+		return false, fmt.Errorf("session %s: %w", sess.ID, ErrTurnInProgress)
+	}
+	sess.History, sess.Turns = hist, sess.Turns+1
+	if r == 1 {
+		sess.Ended = schema.EndMaxTurns
+	}
+	return r == 1, nil
+}
+
+// endScript claims the end of a session: the caller whose ZREM removes the
+// session from the active set is the one that ends it and emits
+// session_ended, so two gateways never both do. KEYS: active set, session.
+// ARGV: id, latest activity (ms) that still counts as idle (or "+inf"),
+// reason, ended retention ms. Returns the session hash, or nil when another
+// caller claimed it or the player was active after the cutoff.
+var endScript = redis.NewScript(`
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not score then return nil end
+if ARGV[2] ~= '+inf' and tonumber(score) > tonumber(ARGV[2]) then return nil end
+redis.call('ZREM', KEYS[1], ARGV[1])
+if redis.call('EXISTS', KEYS[2]) == 0 then return {} end
+redis.call('HSET', KEYS[2], 'ended', ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[4])
+return redis.call('HGETALL', KEYS[2])`)
+
+// endSession ends session id with reason if it is still active (and, for
+// idle_timeout, still idle since cutoff). It returns the ended session, or
+// nil when someone else ended it first.
+func (s *Server) endSession(ctx context.Context, id string, reason schema.EndReason, cutoff string) (*session, error) {
+	res, err := endScript.Run(ctx, s.rdb, []string{s.activeKey(), s.sessionKey(id)},
+		id, cutoff, string(reason), s.cfg.EndedRetention.Milliseconds()).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("end session %s: %w", id, err)
+	}
+	flat, _ := res.([]any)
+	if len(flat) == 0 {
+		s.log.Warn("ended a session whose state had expired; no session_ended event", "session_id", id)
+		return nil, nil
+	}
+	m := make(map[string]string, len(flat)/2)
+	for i := 0; i+1 < len(flat); i += 2 {
+		k, _ := flat[i].(string)
+		v, _ := flat[i+1].(string)
+		m[k] = v
+	}
+	return decodeSession(id, m)
+}
+
+// Sweep ends every session idle for longer than the idle timeout, emitting
+// session_ended with reason idle_timeout, and returns how many it ended.
+// Run calls it every SweepInterval; gateways sharing a Redis may sweep at
+// the same time, and each session is ended by exactly one of them.
+func (s *Server) Sweep(ctx context.Context) (int, error) {
+	cutoff := strconv.FormatInt(s.now().Add(-s.cfg.IdleTimeout).UnixMilli(), 10)
+	ended := 0
+	for {
+		ids, err := s.rdb.ZRangeArgs(ctx, redis.ZRangeArgs{
+			Key: s.activeKey(), Start: "-inf", Stop: cutoff, ByScore: true, Count: 100,
+		}).Result()
+		if err != nil {
+			return ended, fmt.Errorf("sweep idle sessions: %w", err)
+		}
+		claimed := 0
+		for _, id := range ids {
+			sess, err := s.endSession(ctx, id, schema.EndIdleTimeout, cutoff)
+			if err != nil {
+				return ended, err
+			}
+			if sess == nil {
+				continue
+			}
+			claimed++
+			if err := s.publish(ctx, s.endedEvent(sess, schema.EndIdleTimeout)); err != nil {
+				s.log.Error("log idle session end", "session_id", id, "err", err)
+			}
+			s.metrics.sessionsEnded(ctx, schema.EndIdleTimeout)
+		}
+		ended += claimed
+		if len(ids) < 100 || claimed == 0 {
+			return ended, nil
+		}
+	}
+}
