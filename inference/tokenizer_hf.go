@@ -177,9 +177,17 @@ func (t *Tokenizer) marshalHF() ([]byte, error) {
 		added = append(added, hfAddedToken{ID: a.id, Content: a.content, Special: a.special})
 	}
 	sort.Slice(added, func(i, j int) bool { return added[i].ID < added[j].ID })
-	merges := make([]hfMerge, len(t.merges))
+	n := 0
+	for _, m := range t.merges {
+		n = max(n, m.rank+1)
+	}
+	merges := make([]hfMerge, n)
 	for key, m := range t.merges {
-		merges[m.rank] = hfMerge{t.tokens[int(key>>32)], t.tokens[int(uint32(key))]}
+		left, right := t.tokens[int(key>>32)], t.tokens[int(uint32(key))]
+		if strings.Contains(left, " ") || strings.Contains(right, " ") {
+			return nil, fmt.Errorf("merge %q %q: a token with a space cannot be written as a merge string: %w", left, right, ErrTokenizerFormat)
+		}
+		merges[m.rank] = hfMerge{left, right}
 	}
 	merges = compactMerges(merges)
 	doc := hfTokenizerFile{

@@ -163,6 +163,28 @@ func TestLoadTokenizerVariants(t *testing.T) {
 		}
 	})
 
+	t.Run("duplicate merge", func(t *testing.T) {
+		doc := tokSavedDoc(t, tok)
+		model := doc["model"].(map[string]any)
+		merges := model["merges"].([]any)
+		// Repeat the first merge right after it, shifting every later rank.
+		model["merges"] = slices.Insert(slices.Clone(merges), 1, merges[0])
+		loaded, err := LoadTokenizer(tokWriteDoc(t, doc))
+		if err != nil {
+			t.Fatalf("LoadTokenizer: %v", err)
+		}
+		if got := loaded.Encode(text); !slices.Equal(got, want) {
+			t.Errorf("Encode differs after loading a duplicated merge")
+		}
+		// The first rank counts; saving drops the duplicate.
+		if err := loaded.Save(filepath.Join(t.TempDir(), "tokenizer.json")); err != nil {
+			t.Errorf("Save after loading a duplicated merge: %v", err)
+		}
+		if got := len(tokSavedDoc(t, loaded)["model"].(map[string]any)["merges"].([]any)); got != len(merges) {
+			t.Errorf("saved %d merges; want %d", got, len(merges))
+		}
+	})
+
 	t.Run("added tokens outside vocab", func(t *testing.T) {
 		doc := tokSavedDoc(t, tok)
 		vocab := doc["model"].(map[string]any)["vocab"].(map[string]any)
