@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/parleyhq/parley/schema"
@@ -68,6 +69,9 @@ func (c CorpusConfig) Validate() error {
 	}
 	total := 0.0
 	for _, q := range c.Qualities {
+		if !slices.Contains(Qualities(), q.Quality) {
+			return fmt.Errorf("corpus: unknown npc quality %q", q.Quality)
+		}
 		if q.Weight < 0 {
 			return fmt.Errorf("corpus: quality %q has negative weight", q.Quality)
 		}
