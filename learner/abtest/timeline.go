@@ -1,0 +1,57 @@
+package abtest
+
+import (
+	"slices"
+	"time"
+
+	"github.com/parleyhq/parley/schema"
+)
+
+// Point is one arm's Avg.L over the sessions that had ended by At, with its
+// 95 % CI: a point of the dashboard's "Avg.L over time" chart.
+type Point struct {
+	At   time.Time `json:"at"`
+	Arm  string    `json:"arm"`
+	AvgL Estimate  `json:"avg_l"`
+}
+
+// Timeline returns, for each arm, the cumulative Avg.L every step from the
+// first ended session until now. When that would give more than maxPoints
+// (at least 2) times per arm, step is widened to fit.
+func Timeline(sessions []Session, step time.Duration, now time.Time, maxPoints int) []Point {
+	var ended []Session
+	for _, s := range sessions {
+		if s.Done() && !s.Ended.After(now) && (s.Arm == schema.ArmStable || s.Arm == schema.ArmCanary) {
+			ended = append(ended, s)
+		}
+	}
+	if len(ended) == 0 || step <= 0 || maxPoints < 2 {
+		return nil
+	}
+	slices.SortStableFunc(ended, func(a, b Session) int { return a.Ended.Compare(b.Ended) })
+	first := ended[0].Ended
+	if span := now.Sub(first); span/step+1 > time.Duration(maxPoints) {
+		step = (span + time.Duration(maxPoints-2)) / time.Duration(maxPoints-1) // rounded up
+	}
+	var st, ca moments
+	var out []Point
+	i := 0
+	for at := first; ; at = at.Add(step) {
+		if at.After(now) {
+			at = now
+		}
+		for ; i < len(ended) && !ended[i].Ended.After(at); i++ {
+			if ended[i].Arm == schema.ArmCanary {
+				ca.add(float64(ended[i].Turns))
+			} else {
+				st.add(float64(ended[i].Turns))
+			}
+		}
+		out = append(out,
+			Point{At: at, Arm: schema.ArmStable, AvgL: estimate(st)},
+			Point{At: at, Arm: schema.ArmCanary, AvgL: estimate(ca)})
+		if !at.Before(now) {
+			return out
+		}
+	}
+}
