@@ -70,7 +70,7 @@ func TestRateLimit(t *testing.T) {
 		c.PlayerRate, c.PlayerBurst = 0.01, 2
 	})
 	s := e.createSession(e.key, "player-1") // takes the first token
-	e.say(e.key, s.SessionID, "one")         // the second
+	e.say(e.key, s.SessionID, "one")        // the second
 	r := e.do("POST", "/v1/sessions/"+s.SessionID+"/messages", e.key, schema.MessageRequest{Text: "two"})
 	assertError(t, r, http.StatusTooManyRequests, "rate_limited")
 	if after, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || after < 1 {
