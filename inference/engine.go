@@ -366,10 +366,11 @@ func (e *Engine) Run(ctx context.Context) error {
 func (e *Engine) step(slots []*slot) error {
 	toks := make([]int32, len(slots))
 	pos := make([]int32, len(slots))
+	active := make([]bool, len(slots))
 	n := 0
 	for i, s := range slots {
 		if s != nil {
-			toks[i], pos[i] = int32(s.last), int32(s.pos)
+			toks[i], pos[i], active[i] = int32(s.last), int32(s.pos), true
 			n++
 		}
 	}
@@ -377,7 +378,7 @@ func (e *Engine) step(slots []*slot) error {
 		return nil
 	}
 	start := time.Now()
-	logits, err := e.dec.step(toks, pos)
+	logits, err := e.dec.step(toks, pos, active)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package inference
 
 import (
 	"fmt"
+	"math"
 	"sync"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
@@ -22,18 +23,23 @@ type decoder interface {
 	// prefill runs prompt (at most length tokens) into row at positions
 	// 0..len(prompt)-1 and returns the logits of the next token [V].
 	prefill(row int, prompt []int) ([]float32, error)
-	// step feeds tokens[i] at positions[i] to every row and returns the
-	// logits [rows × V]. Rows not in use may carry any token at position 0.
-	step(tokens, positions []int32) ([]float32, error)
+	// step feeds tokens[i] at positions[i] to every row with active[i] and
+	// returns the logits [rows × V]; the cache of inactive rows is left
+	// unchanged and their logits are meaningless.
+	step(tokens, positions []int32, active []bool) ([]float32, error)
 	// dims returns the current rows and length.
 	dims() (rows, length int)
 	close()
 }
 
-// gomlxDecoder is the decoder on the model's GoMLX backend. The cache is one
-// tensor per layer for keys and one for values, [rows, heads, length, hd];
-// a token's key and value are written with Where(Iota == position, new,
-// cache) because GoMLX v0.26.0's pure-Go backend has no DynamicUpdateSlice.
+// gomlxDecoder is the decoder on the model's GoMLX backend. The cache holds
+// per layer the keys [rows, heads, length, hd] and the values transposed,
+// [rows, heads, hd, length], the layouts the backend's matmul reads without
+// copying. Every position at or after a row's next position is kept at zero,
+// so a decode step writes a token's key and value with an in-place
+// ScatterSum into the donated cache buffers (GoMLX v0.26.0's pure-Go backend
+// has no DynamicUpdateSlice, and a Where over the whole cache costs more
+// than the model's matmuls at large batches).
 type gomlxDecoder struct {
 	m      *Model
 	rows   int
@@ -79,7 +85,7 @@ func (d *gomlxDecoder) resize(src []int, rows, length int) error {
 	if d.cache == nil {
 		ts := make([]*tensors.Tensor, 2*c.Layers)
 		for i := range ts {
-			ts[i] = tensors.FromShape(shapes.Make(dtypes.Float32, rows, c.Heads, length, c.HeadDim()))
+			ts[i] = tensors.FromShape(cacheShape(i, rows, c.Heads, length, c.HeadDim()))
 		}
 		d.cache, d.rows, d.length = ts, rows, length
 		return nil
@@ -120,19 +126,38 @@ func (d *gomlxDecoder) resize(src []int, rows, length int) error {
 	return nil
 }
 
+// cacheShape is the shape of cache tensor i: keys (even i) are
+// [rows, heads, length, hd], values (odd i) [rows, heads, hd, length].
+func cacheShape(i, rows, heads, length, hd int) shapes.Shape {
+	if i%2 == 0 {
+		return shapes.Make(dtypes.Float32, rows, heads, length, hd)
+	}
+	return shapes.Make(dtypes.Float32, rows, heads, hd, length)
+}
+
+// posAxis is the position axis of cache tensor i.
+func posAxis(i int) int { return 2 + i%2 }
+
+// padPositions pads x with zeros along axis up to length.
+func padPositions(x *graph.Node, axis, length int) *graph.Node {
+	dims := x.Shape().Clone().Dimensions
+	if dims[axis] >= length {
+		return x
+	}
+	dims[axis] = length - dims[axis]
+	return graph.Concatenate([]*graph.Node{x, graph.Zeros(x.Graph(), shapes.Make(x.DType(), dims...))}, axis)
+}
+
 // resizeGraph gathers rows idx [rows', 1] of every cache tensor and pads or
 // cuts its position axis to length.
 func resizeGraph(idx *graph.Node, caches []*graph.Node, length int) []*graph.Node {
 	out := make([]*graph.Node, len(caches))
 	for i, c := range caches {
-		x := graph.Gather(c, idx) // [rows', H, T, hd]
-		dims := x.Shape().Dimensions
-		switch t := dims[2]; {
-		case length > t:
-			zeros := graph.Zeros(x.Graph(), shapes.Make(x.DType(), dims[0], dims[1], length-t, dims[3]))
-			x = graph.Concatenate([]*graph.Node{x, zeros}, 2)
-		case length < t:
-			x = graph.SliceAxis(x, 2, graph.AxisRange(0, length))
+		x := graph.Gather(c, idx)
+		if ax := posAxis(i); x.Shape().Dimensions[ax] > length {
+			x = graph.SliceAxis(x, ax, graph.AxisRange(0, length))
+		} else {
+			x = padPositions(x, ax, length)
 		}
 		out[i] = x
 	}
@@ -165,49 +190,69 @@ func (d *gomlxDecoder) prefill(row int, prompt []int) ([]float32, error) {
 	}
 	args := make([]any, 0, 3+len(d.cache))
 	args = append(args, tok, last, int32(row))
-	for _, t := range d.cache {
-		args = append(args, t)
+	args, err = d.appendDonatedCache(args)
+	if err != nil {
+		return nil, fmt.Errorf("prefill: %w", err)
 	}
 	out, err := e.Exec(args...)
 	if err != nil {
 		return nil, fmt.Errorf("prefill: %w", err)
 	}
+	d.cache = out[1:]
 	logits, err := tensors.CopyFlatData[float32](out[0])
 	if err != nil {
 		return nil, err
 	}
-	d.replaceCache(out[1:])
+	_ = out[0].FinalizeAll()
 	return logits, nil
 }
 
-// prefillGraph runs tokens [1, P] through the model, writes the keys and
-// values of positions 0..P-1 into row of every cache tensor and returns the
-// logits at position last [1] followed by the new caches.
+// prefillGraph runs tokens [1, P] (right-padded) through the model, writes
+// the keys and values of positions 0..last into row of every cache tensor,
+// zeros after them, and returns the logits at position last [1] followed by
+// the new caches.
 func (m *Model) prefillGraph(ctx *context.Context, tokens, last, row *graph.Node, caches []*graph.Node) []*graph.Node {
 	g := tokens.Graph()
 	h, ks, vs := m.forward(ctx, tokens)
 	h = gatherPosition(h, last) // [1, D]
 	out := []*graph.Node{m.head(ctx, g, h)}
 	rows := caches[0].Shape().Dimensions[0]
+	p := tokens.Shape().Dimensions[1]
+	// Padding positions must be zero in the cache, like every unwritten one.
+	real := graph.LessOrEqual(graph.Iota(g, shapes.Make(dtypes.Int32, p), 0), graph.BroadcastToDims(graph.Reshape(last), p))
 	sel := graph.Equal(graph.Iota(g, shapes.Make(dtypes.Int32, rows), 0), graph.BroadcastToDims(row, rows))
 	for i, c := range caches {
-		kv := ks[i/2]
-		if i%2 == 1 {
-			kv = vs[i/2]
+		var kv *graph.Node
+		if i%2 == 0 {
+			kv = graph.Mul(ks[i/2], graph.Reshape(graph.ConvertDType(real, dtypes.Float32), 1, 1, p, 1))
+		} else {
+			kv = graph.TransposeAllAxes(vs[i/2], 0, 1, 3, 2)
+			kv = graph.Mul(kv, graph.Reshape(graph.ConvertDType(real, dtypes.Float32), 1, 1, 1, p))
 		}
-		cd := c.Shape().Dimensions
-		if p := kv.Shape().Dimensions[2]; p < cd[2] {
-			zeros := graph.Zeros(g, shapes.Make(kv.DType(), 1, cd[1], cd[2]-p, cd[3]))
-			kv = graph.Concatenate([]*graph.Node{kv, zeros}, 2)
-		}
-		out = append(out, graph.Where(sel, graph.BroadcastToDims(kv, cd...), c))
+		kv = padPositions(kv, posAxis(i), c.Shape().Dimensions[posAxis(i)])
+		out = append(out, graph.Where(sel, graph.BroadcastToDims(kv, c.Shape().Dimensions...), c))
 	}
 	return out
 }
 
-func (d *gomlxDecoder) step(tokens, positions []int32) ([]float32, error) {
-	if len(tokens) != d.rows || len(positions) != d.rows {
-		return nil, fmt.Errorf("step %d tokens, %d positions for %d rows", len(tokens), len(positions), d.rows)
+// appendDonatedCache appends the cache tensors to args, donating their
+// buffers so the graph can update them in place; d.cache must be replaced
+// by the graph's outputs afterwards.
+func (d *gomlxDecoder) appendDonatedCache(args []any) ([]any, error) {
+	for _, t := range d.cache {
+		a, err := graph.DonateTensorBuffer(t, d.m.backend, 0)
+		if err != nil {
+			return nil, fmt.Errorf("donate cache: %w", err)
+		}
+		args = append(args, a)
+	}
+	d.cache = nil
+	return args, nil
+}
+
+func (d *gomlxDecoder) step(tokens, positions []int32, active []bool) ([]float32, error) {
+	if len(tokens) != d.rows || len(positions) != d.rows || len(active) != d.rows {
+		return nil, fmt.Errorf("step %d tokens, %d positions, %d flags for %d rows", len(tokens), len(positions), len(active), d.rows)
 	}
 	for i, p := range positions {
 		if p < 0 || int(p) >= d.length {
@@ -217,7 +262,7 @@ func (d *gomlxDecoder) step(tokens, positions []int32) ([]float32, error) {
 	d.mu.Lock()
 	if d.stepFn == nil {
 		e, err := d.m.newExec(func(ctx *context.Context, x []*graph.Node) []*graph.Node {
-			return d.m.stepGraph(ctx, x[0], x[1], x[2:])
+			return d.m.stepGraph(ctx, x[0], x[1], x[2], x[3:])
 		})
 		if err != nil {
 			d.mu.Unlock()
@@ -227,52 +272,102 @@ func (d *gomlxDecoder) step(tokens, positions []int32) ([]float32, error) {
 	}
 	e := d.stepFn
 	d.mu.Unlock()
-	args := make([]any, 0, 2+len(d.cache))
-	args = append(args, tensors.FromFlatDataAndDimensions(tokens, d.rows), tensors.FromFlatDataAndDimensions(positions, d.rows))
-	for _, t := range d.cache {
-		args = append(args, t)
+	act := make([]float32, d.rows)
+	for i, a := range active {
+		if a {
+			act[i] = 1
+		}
+	}
+	args := make([]any, 0, 3+len(d.cache))
+	args = append(args,
+		tensors.FromFlatDataAndDimensions(tokens, d.rows),
+		tensors.FromFlatDataAndDimensions(positions, d.rows),
+		tensors.FromFlatDataAndDimensions(act, d.rows))
+	args, err := d.appendDonatedCache(args)
+	if err != nil {
+		return nil, fmt.Errorf("decode step: %w", err)
 	}
 	out, err := e.Exec(args...)
 	if err != nil {
 		return nil, fmt.Errorf("decode step: %w", err)
 	}
+	d.cache = out[1:]
 	logits, err := tensors.CopyFlatData[float32](out[0])
 	if err != nil {
 		return nil, err
 	}
 	_ = out[0].FinalizeAll()
-	d.replaceCache(out[1:])
 	return logits, nil
 }
 
-// stepGraph decodes one token per row: tokens and pos are [rows] int32. It
-// returns the logits [rows, V] followed by the updated caches.
-func (m *Model) stepGraph(ctx *context.Context, tokens, pos *graph.Node, caches []*graph.Node) []*graph.Node {
+// stepGraph decodes one token per row: tokens and pos are [rows] int32,
+// active [rows] float32 is 0 for rows not in use (their cache is left
+// untouched). It returns the logits [rows, V] followed by the updated caches.
+func (m *Model) stepGraph(ctx *context.Context, tokens, pos, active *graph.Node, caches []*graph.Node) []*graph.Node {
 	g := tokens.Graph()
 	rows := tokens.Shape().Dimensions[0]
-	cd := caches[0].Shape().Dimensions // [rows, H, T, hd]
-	length := cd[2]
+	heads, hd := m.cfg.Heads, m.cfg.HeadDim()
+	length := caches[0].Shape().Dimensions[2]
 	r := m.newRope(graph.Reshape(pos, rows, 1))
 	posT := graph.BroadcastToDims(graph.Reshape(pos, rows, 1), rows, length)
-	iota := graph.Iota(g, shapes.Make(dtypes.Int32, rows, length), 1)
-	write := graph.BroadcastToDims(graph.Reshape(graph.Equal(iota, posT), rows, 1, length, 1), cd...)
-	visible := graph.Reshape(graph.LessOrEqual(iota, posT), rows, 1, 1, length)
+	visible := graph.Reshape(graph.LessOrEqual(graph.Iota(g, shapes.Make(dtypes.Int32, rows, length), 1), posT), rows, 1, 1, length)
+	// Scatter indices of every (row, head, dim) element at the row's
+	// position, for the key layout (r, h, pos, d) and the value layout
+	// (r, h, d, pos).
+	eshape := shapes.Make(dtypes.Int32, rows, heads, hd, 1)
+	ir, ih, id := graph.Iota(g, eshape, 0), graph.Iota(g, eshape, 1), graph.Iota(g, eshape, 2)
+	ip := graph.BroadcastToDims(graph.Reshape(pos, rows, 1, 1, 1), rows, heads, hd, 1)
+	n := rows * heads * hd
+	kIdx := graph.Reshape(graph.Concatenate([]*graph.Node{ir, ih, ip, id}, 3), n, 4)
+	vIdx := graph.Reshape(graph.Concatenate([]*graph.Node{ir, ih, id, ip}, 3), n, 4)
+	act := graph.Reshape(active, rows, 1, 1, 1)
 	x := m.embed(ctx, g, graph.Reshape(tokens, rows, 1)) // [rows, 1, D]
 	out := []*graph.Node{nil}
 	for i := range m.cfg.Layers {
 		layer := fmt.Sprintf("model/layers/%d", i)
 		hn := m.rmsNorm(x, weight(ctx, g, layer+"/input_layernorm"))
-		q := r.apply(m.heads(linear(hn, weight(ctx, g, layer+"/self_attn/q_proj"))))
-		k := r.apply(m.heads(linear(hn, weight(ctx, g, layer+"/self_attn/k_proj"))))
-		v := m.heads(linear(hn, weight(ctx, g, layer+"/self_attn/v_proj")))
-		kc := graph.Where(write, graph.BroadcastToDims(k, cd...), caches[2*i])
-		vc := graph.Where(write, graph.BroadcastToDims(v, cd...), caches[2*i+1])
+		q := r.apply(m.heads(linearSplit(hn, weight(ctx, g, layer+"/self_attn/q_proj"))))
+		k := r.apply(m.heads(linearSplit(hn, weight(ctx, g, layer+"/self_attn/k_proj"))))
+		v := m.heads(linearSplit(hn, weight(ctx, g, layer+"/self_attn/v_proj")))
+		// The cache is zero at each row's position, so adding writes.
+		kc := graph.ScatterSum(caches[2*i], kIdx, graph.Reshape(graph.Mul(k, act), n), false, true)
+		vc := graph.ScatterSum(caches[2*i+1], vIdx, graph.Reshape(graph.Mul(v, act), n), false, true)
 		out = append(out, kc, vc)
-		a := m.unheads(m.attend(q, kc, vc, visible))
-		x = graph.Add(x, linear(a, weight(ctx, g, layer+"/self_attn/o_proj")))
+		// Attention over the cache: scores [rows, H, 1, T], values read
+		// from the transposed layout.
+		s := graph.DotGeneral(q, []int{3}, []int{0, 1}, kc, []int{3}, []int{0, 1})
+		s = graph.MulScalar(s, 1/math.Sqrt(float64(hd)))
+		s = graph.Where(graph.BroadcastToShape(visible, s.Shape()), s,
+			graph.BroadcastToShape(graph.Scalar(g, dtypes.Float32, -1e9), s.Shape()))
+		p := graph.Softmax(s, -1)
+		a := graph.DotGeneral(p, []int{3}, []int{0, 1}, vc, []int{3}, []int{0, 1}) // [rows, H, 1, hd]
+		x = graph.Add(x, linearSplit(m.unheads(a), weight(ctx, g, layer+"/self_attn/o_proj")))
 		hn = m.rmsNorm(x, weight(ctx, g, layer+"/post_attention_layernorm"))
-		x = graph.Add(x, m.mlp(ctx, g, layer, hn))
+		gate := linearSplit(hn, weight(ctx, g, layer+"/mlp/gate_proj"))
+		up := linearSplit(hn, weight(ctx, g, layer+"/mlp/up_proj"))
+		x = graph.Add(x, linearSplit(graph.Mul(graph.Mul(gate, graph.Sigmoid(gate)), up), weight(ctx, g, layer+"/mlp/down_proj")))
 	}
-	out[0] = graph.Reshape(m.head(ctx, g, x), rows, m.cfg.VocabSize)
+	x = m.rmsNorm(x, weight(ctx, g, "model/norm"))
+	out[0] = graph.Reshape(linearSplit(x, weight(ctx, g, "model/embed_tokens")), rows, m.cfg.VocabSize)
 	return out
+}
+
+// decodeSplit is how many parts linearSplit cuts a weight into.
+const decodeSplit = 2
+
+// linearSplit is linear for few rows (decode): the pure-Go backend runs a
+// matmul's batch axis in parallel but not its rows, so the weight [out, in]
+// is viewed as [parts, out/parts, in] and x broadcast over the parts.
+func linearSplit(x, w *graph.Node) *graph.Node {
+	out, in := w.Shape().Dimensions[0], w.Shape().Dimensions[1]
+	if out%decodeSplit != 0 {
+		return linear(x, w)
+	}
+	xd := x.Shape().Dimensions
+	n := x.Shape().Size() / in
+	xb := graph.BroadcastToDims(graph.Reshape(x, 1, n, in), decodeSplit, n, in)
+	ws := graph.Reshape(w, decodeSplit, out/decodeSplit, in)
+	y := graph.DotGeneral(xb, []int{2}, []int{0}, ws, []int{2}, []int{0}) // [parts, n, out/parts]
+	y = graph.TransposeAllAxes(y, 1, 0, 2)
+	return graph.Reshape(y, append(append([]int(nil), xd[:len(xd)-1]...), out)...)
 }

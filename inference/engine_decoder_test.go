@@ -73,12 +73,13 @@ func TestDecoderMatchesFullForward(t *testing.T) {
 			rowOf = []int{2, 4, 0}
 		}
 		rows, _ := dec.dims()
-		toks, pos := make([]int32, rows), make([]int32, rows)
+		toks, pos, active := make([]int32, rows), make([]int32, rows), make([]bool, rows)
 		for i, s := range seqs {
 			toks[rowOf[i]] = int32(s[len(s)-1])
 			pos[rowOf[i]] = int32(len(s) - 1)
+			active[rowOf[i]] = true
 		}
-		logits, err := dec.step(toks, pos)
+		logits, err := dec.step(toks, pos, active)
 		if err != nil {
 			t.Fatal(err)
 		}
