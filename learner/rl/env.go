@@ -1,12 +1,19 @@
 package rl
 
-import "context"
+import (
+	"context"
+
+	"github.com/parleyhq/parley/simulator"
+)
 
 // Exchange is one completed exchange: the NPC's turn and the user's answer.
-// User is empty when the user terminated after the NPC's turn.
+// User is empty when the user terminated after the NPC's turn. Risk is the
+// termination probability the user acted on after the NPC's turn (the user
+// agent's prompt shows it as "[End Risk: p]").
 type Exchange struct {
-	NPC  string `json:"npc"`
-	User string `json:"user"`
+	NPC  string  `json:"npc"`
+	User string  `json:"user"`
+	Risk float64 `json:"risk"`
 }
 
 // Prompt is the training context of one tree: what the NPC is told, the
@@ -21,9 +28,10 @@ type Prompt struct {
 	System string `json:"system,omitempty"`
 	// Opening is the player's first message.
 	Opening string `json:"opening"`
-	// Demos are earlier dialogues of the same player (two in the paper);
-	// nil when style demonstrations are switched off.
-	Demos [][]Exchange `json:"demos,omitempty"`
+	// Demos are earlier dialogues of the same player (two in the paper)
+	// as the user agent's prompt shows them; nil when style demonstrations
+	// are switched off.
+	Demos []simulator.PromptDialogue `json:"demos,omitempty"`
 	// Seed makes an environment's answers to this prompt reproducible.
 	Seed uint64 `json:"seed"`
 }
@@ -71,9 +79,9 @@ type Reply struct {
 }
 
 // Environment answers NPC turns as the user, one reply per turn, in a
-// single batch. alpha is the dynamic threshold α = 1 + λ·floor(step/10)
-// (1 when the threshold is off): a user agent terminates with probability
-// min(α·2·P_T, 1). Environments that are not user agents may ignore it.
+// single batch. step is the RL step whose dynamic threshold applies: a user
+// agent terminates with probability min(α·2·P_T, 1), α = 1 + λ·floor(step/10);
+// step 0 gives α = 1. Environments that are not user agents may ignore it.
 type Environment interface {
-	Respond(ctx context.Context, alpha float64, turns []Turn) ([]Reply, error)
+	Respond(ctx context.Context, step int, turns []Turn) ([]Reply, error)
 }

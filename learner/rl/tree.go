@@ -175,7 +175,7 @@ func (n *Node) Leaf(depth int) bool { return n.Reply.Terminated || n.Depth >= de
 func (n *Node) History() []Exchange {
 	h := make([]Exchange, n.Depth)
 	for x := n; x != nil; x = x.Parent {
-		h[x.Depth-1] = Exchange{NPC: x.Gen.Text, User: x.Reply.Text}
+		h[x.Depth-1] = Exchange{NPC: x.Gen.Text, User: x.Reply.Text, Risk: x.Reply.P}
 	}
 	return h
 }
@@ -282,12 +282,12 @@ func NewBuilder(cfg TreeConfig, policy Policy, env Environment) (*Builder, error
 // Config returns the tree geometry.
 func (b *Builder) Config() TreeConfig { return b.cfg }
 
-// Build grows one tree for prompt. alpha is passed to the Environment; rng
-// picks the main trajectory.
-func (b *Builder) Build(ctx context.Context, prompt *Prompt, alpha float64, rng *rand.Rand) (*Tree, error) {
+// Build grows one tree for prompt. step is passed to the Environment (the
+// dynamic threshold's step); rng picks the main trajectory.
+func (b *Builder) Build(ctx context.Context, prompt *Prompt, step int, rng *rand.Rand) (*Tree, error) {
 	t := &Tree{Prompt: prompt}
 	if b.cfg.Shape == ShapeFull {
-		if err := b.buildFull(ctx, t, alpha); err != nil {
+		if err := b.buildFull(ctx, t, step); err != nil {
 			return nil, fmt.Errorf("build tree %q: %w", prompt.ID, err)
 		}
 		return t, nil
@@ -295,7 +295,7 @@ func (b *Builder) Build(ctx context.Context, prompt *Prompt, alpha float64, rng 
 	var main *Node
 	var reused []*Node
 	for i := 1; i <= b.cfg.Depth; i++ {
-		fresh, err := b.sample(ctx, t, prompt, alpha, []*Node{main}, b.cfg.W-len(reused), i)
+		fresh, err := b.sample(ctx, t, prompt, step, []*Node{main}, b.cfg.W-len(reused), i)
 		if err != nil {
 			return nil, fmt.Errorf("build tree %q depth %d: %w", prompt.ID, i, err)
 		}
@@ -307,7 +307,7 @@ func (b *Builder) Build(ctx context.Context, prompt *Prompt, alpha float64, rng 
 				open = append(open, n)
 			}
 		}
-		if err := b.expand(ctx, t, prompt, alpha, open, l, b.cfg.Width); err != nil {
+		if err := b.expand(ctx, t, prompt, step, open, l, b.cfg.Width); err != nil {
 			return nil, fmt.Errorf("build tree %q depth %d: %w", prompt.ID, i, err)
 		}
 		g := Group{Depth: i, Range: l, Nodes: nodes, Reused: len(reused)}
@@ -329,7 +329,7 @@ func (b *Builder) Build(ctx context.Context, prompt *Prompt, alpha float64, rng 
 // sample creates k children of each parent (nil parent: the prompt's root)
 // at depth, generating every NPC turn in one batch and answering them in
 // one batch.
-func (b *Builder) sample(ctx context.Context, t *Tree, prompt *Prompt, alpha float64, parents []*Node, k, depth int) ([]*Node, error) {
+func (b *Builder) sample(ctx context.Context, t *Tree, prompt *Prompt, step int, parents []*Node, k, depth int) ([]*Node, error) {
 	if k <= 0 || len(parents) == 0 {
 		return nil, nil
 	}
@@ -356,7 +356,7 @@ func (b *Builder) sample(ctx context.Context, t *Tree, prompt *Prompt, alpha flo
 	for j := range states {
 		turns[j] = Turn{State: states[j], NPC: gens[j].Text}
 	}
-	replies, err := b.env.Respond(ctx, alpha, turns)
+	replies, err := b.env.Respond(ctx, step, turns)
 	if err != nil {
 		return nil, fmt.Errorf("answer %d turns: %w", len(turns), err)
 	}
@@ -382,7 +382,7 @@ func (b *Builder) sample(ctx context.Context, t *Tree, prompt *Prompt, alpha flo
 // expand grows each root into a width-ary subtree levels deep, one batch
 // per level across all roots. Children that already exist (a reused
 // subtree) are kept and only the missing ones are sampled.
-func (b *Builder) expand(ctx context.Context, t *Tree, prompt *Prompt, alpha float64, roots []*Node, levels, width int) error {
+func (b *Builder) expand(ctx context.Context, t *Tree, prompt *Prompt, step int, roots []*Node, levels, width int) error {
 	frontier := roots
 	for range levels {
 		var need []*Node
@@ -393,7 +393,7 @@ func (b *Builder) expand(ctx context.Context, t *Tree, prompt *Prompt, alpha flo
 				counts = append(counts, width-len(n.Children))
 			}
 		}
-		if err := b.sampleEach(ctx, t, prompt, alpha, need, counts); err != nil {
+		if err := b.sampleEach(ctx, t, prompt, step, need, counts); err != nil {
 			return err
 		}
 		var next []*Node
@@ -411,7 +411,7 @@ func (b *Builder) expand(ctx context.Context, t *Tree, prompt *Prompt, alpha flo
 }
 
 // sampleEach samples counts[j] children of parents[j] in one batch.
-func (b *Builder) sampleEach(ctx context.Context, t *Tree, prompt *Prompt, alpha float64, parents []*Node, counts []int) error {
+func (b *Builder) sampleEach(ctx context.Context, t *Tree, prompt *Prompt, step int, parents []*Node, counts []int) error {
 	if len(parents) == 0 {
 		return nil
 	}
@@ -422,14 +422,14 @@ func (b *Builder) sampleEach(ctx context.Context, t *Tree, prompt *Prompt, alpha
 		}
 	}
 	// sample with k=1 per listed parent keeps a single batch.
-	_, err := b.sample(ctx, t, prompt, alpha, flat, 1, flat[0].Depth+1)
+	_, err := b.sample(ctx, t, prompt, step, flat, 1, flat[0].Depth+1)
 	return err
 }
 
 // buildFull grows TreeRPO's full W-ary tree level by level; every set of
 // siblings is a group whose returns aggregate down to the leaves.
-func (b *Builder) buildFull(ctx context.Context, t *Tree, alpha float64) error {
-	top, err := b.sample(ctx, t, t.Prompt, alpha, []*Node{nil}, b.cfg.W, 1)
+func (b *Builder) buildFull(ctx context.Context, t *Tree, step int) error {
+	top, err := b.sample(ctx, t, t.Prompt, step, []*Node{nil}, b.cfg.W, 1)
 	if err != nil {
 		return err
 	}
@@ -445,7 +445,7 @@ func (b *Builder) buildFull(ctx context.Context, t *Tree, alpha float64) error {
 		if len(open) == 0 {
 			break
 		}
-		if _, err := b.sample(ctx, t, t.Prompt, alpha, open, b.cfg.W, d); err != nil {
+		if _, err := b.sample(ctx, t, t.Prompt, step, open, b.cfg.W, d); err != nil {
 			return err
 		}
 		level = level[:0:0]

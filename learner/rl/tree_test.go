@@ -34,7 +34,7 @@ type scriptEnv struct {
 	reply func(t Turn) Reply
 }
 
-func (e scriptEnv) Respond(_ context.Context, _ float64, turns []Turn) ([]Reply, error) {
+func (e scriptEnv) Respond(_ context.Context, _ int, turns []Turn) ([]Reply, error) {
 	out := make([]Reply, len(turns))
 	for i, t := range turns {
 		out[i] = e.reply(t)
@@ -102,7 +102,7 @@ func TestBudgetAndNodeCountClosedForm(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			tree, err := b.Build(context.Background(), &Prompt{ID: "p"}, 1, rand.New(rand.NewPCG(1, 2)))
+			tree, err := b.Build(context.Background(), &Prompt{ID: "p"}, 0, rand.New(rand.NewPCG(1, 2)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -139,7 +139,7 @@ func TestTerminationsShrinkTheTree(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tree, err := b.Build(context.Background(), &Prompt{ID: "p"}, 1, rand.New(rand.NewPCG(3, 4)))
+		tree, err := b.Build(context.Background(), &Prompt{ID: "p"}, 0, rand.New(rand.NewPCG(3, 4)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -162,7 +162,7 @@ func TestMainTrajectoryAndReuse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tree, err := b.Build(context.Background(), &Prompt{ID: "p"}, 1, rand.New(rand.NewPCG(5, 6)))
+	tree, err := b.Build(context.Background(), &Prompt{ID: "p"}, 0, rand.New(rand.NewPCG(5, 6)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +261,7 @@ func TestBuildHandComputed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tree, err := b.Build(context.Background(), &Prompt{ID: "p"}, 1, rand.New(rand.NewPCG(7, 8)))
+	tree, err := b.Build(context.Background(), &Prompt{ID: "p"}, 0, rand.New(rand.NewPCG(7, 8)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,174 @@
+package rl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/parleyhq/parley/inference"
+)
+
+// Generator samples one continuation; *inference.Engine is one.
+type Generator interface {
+	Generate(ctx context.Context, req inference.Request) (*inference.Stream, error)
+}
+
+var _ Generator = (*inference.Engine)(nil)
+
+// PolicyConfig configures a ModelPolicy.
+type PolicyConfig struct {
+	// Sampling holds the sampling settings of every request (its Prompt and
+	// Seed are set per request). The paper's: top-k 50, temperature 0.7.
+	Sampling inference.Request `json:"sampling"`
+	// MaxInFlight bounds the requests queued on the generator at once;
+	// keep it at or below the engine's queue size.
+	MaxInFlight int `json:"max_in_flight"`
+	// Seed seeds the per-request sampling seeds.
+	Seed uint64 `json:"seed"`
+}
+
+// DefaultPolicyConfig samples with the paper's settings, up to 48 tokens.
+func DefaultPolicyConfig() PolicyConfig {
+	s := inference.DefaultSampling()
+	s.MaxTokens = 48
+	return PolicyConfig{Sampling: s, MaxInFlight: 128, Seed: 1}
+}
+
+// Validate reports the first bad field.
+func (c PolicyConfig) Validate() error {
+	if c.Sampling.MaxTokens < 1 || c.MaxInFlight < 1 {
+		return fmt.Errorf("policy config: max tokens %d and max in flight %d must be positive", c.Sampling.MaxTokens, c.MaxInFlight)
+	}
+	return nil
+}
+
+// Messages renders a state as the NPC's chat: the system prompt (if any),
+// the player's opening, then each exchange's NPC and user turns.
+func Messages(st State) []inference.Message {
+	var msgs []inference.Message
+	if st.Prompt.System != "" {
+		msgs = append(msgs, inference.Message{Role: inference.RoleSystem, Text: st.Prompt.System})
+	}
+	msgs = append(msgs, inference.Message{Role: inference.RoleUser, Text: st.Prompt.Opening})
+	for _, x := range st.History {
+		msgs = append(msgs, inference.Message{Role: inference.RoleNPC, Text: x.NPC})
+		if x.User != "" {
+			msgs = append(msgs, inference.Message{Role: inference.RoleUser, Text: x.User})
+		}
+	}
+	return msgs
+}
+
+// ModelPolicy is the dialogue agent as a Policy: it renders each state with
+// the chat template and samples the NPC's turn from a Generator (the
+// inference Engine), all requests of a batch in flight together so the
+// engine batches them.
+type ModelPolicy struct {
+	gen    Generator
+	tok    *inference.Tokenizer
+	cfg    PolicyConfig
+	maxSeq int
+	end    int
+
+	mu  sync.Mutex
+	rng *rand.Rand
+}
+
+// NewModelPolicy returns a policy sampling from gen. maxSeq is the model's
+// context: prompts lose their oldest exchanges until a turn of
+// cfg.Sampling.MaxTokens fits.
+func NewModelPolicy(gen Generator, tok *inference.Tokenizer, maxSeq int, cfg PolicyConfig) (*ModelPolicy, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	end, ok := tok.TokenID(inference.TokEnd)
+	if !ok {
+		return nil, fmt.Errorf("new model policy: tokenizer has no %s token", inference.TokEnd)
+	}
+	if maxSeq <= cfg.Sampling.MaxTokens+8 {
+		return nil, fmt.Errorf("new model policy: context %d too small for %d new tokens", maxSeq, cfg.Sampling.MaxTokens)
+	}
+	return &ModelPolicy{gen: gen, tok: tok, cfg: cfg, maxSeq: maxSeq, end: end, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed))}, nil
+}
+
+// Encode renders st into prompt token ids that leave room for a turn.
+func (p *ModelPolicy) Encode(st State) []int {
+	budget := p.maxSeq - p.cfg.Sampling.MaxTokens - 1
+	for {
+		ids := p.tok.Encode(inference.RenderChat(Messages(st), true))
+		if len(ids) <= budget {
+			return ids
+		}
+		if len(st.History) == 0 {
+			return ids[len(ids)-budget:]
+		}
+		st.History = st.History[1:]
+	}
+}
+
+// submit queues req, retrying while the generator's queue is full (other
+// batches share it).
+func (p *ModelPolicy) submit(ctx context.Context, req inference.Request) (*inference.Stream, error) {
+	for {
+		s, err := p.gen.Generate(ctx, req)
+		if !errors.Is(err, inference.ErrQueueFull) {
+			return s, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// GenerateBatch samples one NPC turn per state.
+func (p *ModelPolicy) GenerateBatch(ctx context.Context, states []State) ([]Generation, error) {
+	out := make([]Generation, len(states))
+	errs := make([]error, len(states))
+	sem := make(chan struct{}, p.cfg.MaxInFlight)
+	var wg sync.WaitGroup
+	for i, st := range states {
+		req := p.cfg.Sampling
+		req.Prompt = p.Encode(st)
+		req.Stop = []int{p.end}
+		p.mu.Lock()
+		req.Seed = p.rng.Uint64() | 1
+		p.mu.Unlock()
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return nil, ctx.Err()
+		}
+		s, err := p.submit(ctx, req)
+		if err != nil {
+			<-sem
+			wg.Wait()
+			return nil, fmt.Errorf("generate turn %d: %w", i, err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			res, err := s.Wait()
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			toks := append([]int(nil), res.Tokens...)
+			if res.FinishReason == inference.FinishStop {
+				toks = append(toks, p.end)
+			}
+			out[i] = Generation{Text: res.Text, Prompt: req.Prompt, Tokens: toks}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("generate %d turns: %w", len(states), err)
+	}
+	return out, nil
+}

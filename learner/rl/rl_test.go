@@ -1,0 +1,66 @@
+package rl
+
+import (
+	"context"
+	"testing"
+)
+
+// tinyRun is a run small enough for the default test suite.
+func tinyRun(a Algorithm) Config {
+	c := DefaultConfig()
+	c.Tree.W, c.Tree.Width, c.Tree.Depth = 4, 2, 3
+	c.Batch, c.Workers, c.Steps = 2, 2, 1
+	c.Update.Train.LearningRate = 1e-4
+	c.Update.MiniBatch = 32
+	return c.WithAlgorithm(a)
+}
+
+func TestTrainerRunsEveryAlgorithmOnTheRealEngine(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains a small model")
+	}
+	f := newFixture(t, 40)
+	pool := f.prompts(false, 8, 1)
+	ctx := context.Background()
+	for _, a := range Algorithms() {
+		t.Run(string(a), func(t *testing.T) {
+			cfg := tinyRun(a)
+			pc := DefaultPolicyConfig()
+			pc.Sampling.MaxTokens = 24
+			pol, err := NewModelPolicy(f.engine, f.tok, f.model.Config().MaxSeq, pc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			up, err := NewUpdater(f.model, cfg.Update)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr, err := NewTrainer(cfg, pol, NewPlayerEnv(f.pop), up, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, trees, err := tr.Step(ctx, pool)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bound := float64(cfg.Tree.NodesWithoutTerminations())
+			if st.Nodes < float64(cfg.Tree.W) || st.Nodes > bound {
+				t.Errorf("%s: %.1f nodes per tree; want between W=%d and %g", a, st.Nodes, cfg.Tree.W, bound)
+			}
+			if st.Reward < 0 || st.Reward > 1 || st.KL < 0 {
+				t.Errorf("%s: reward %g, KL %g; want reward in [0,1], KL ≥ 0", a, st.Reward, st.KL)
+			}
+			for _, tree := range trees {
+				for _, g := range tree.Groups {
+					for _, n := range g.Nodes {
+						if len(n.Gen.Tokens) == 0 || len(n.Gen.Prompt) == 0 {
+							t.Fatalf("%s: group node without tokens", a)
+						}
+					}
+				}
+			}
+			t.Logf("%s: %.0f nodes/tree, reward %.3f, depth %.1f, %.2fs (rollout %.2fs, update %.2fs)",
+				a, st.Nodes, st.Reward, st.Depth, st.Seconds, st.Rollout, st.Update)
+		})
+	}
+}
