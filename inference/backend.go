@@ -69,9 +69,10 @@ func newBackend(c BackendConfig) (backends.Backend, error) {
 		if _, err := os.Stat(c.PluginPath); err != nil {
 			return nil, fmt.Errorf("backend xla: PJRT plugin %q not found (%w): %w", c.PluginPath, err, ErrBackend)
 		}
-		if !slices.Contains(backends.List(), "xla") {
+		if !xlaCompiled || !slices.Contains(backends.List(), "xla") {
 			return nil, fmt.Errorf("backend xla: not compiled into this binary (build with -tags xla): %w", ErrBackend)
 		}
+		prepareXLA()
 		return newWithConfig("xla:" + c.PluginPath)
 	}
 }
@@ -85,7 +86,7 @@ func newWithConfig(config string) (b backends.Backend, err error) {
 	}()
 	b, err = backends.NewWithConfig(config)
 	if err != nil {
-		return nil, fmt.Errorf("start backend %q: %w", config, err)
+		return nil, fmt.Errorf("start backend %q: %w: %w", config, err, ErrBackend)
 	}
 	return b, nil
 }
