@@ -115,10 +115,17 @@ type LengthStats struct {
 	AvgL     float64 `json:"avg_l"`
 }
 
+// NPC is anything that answers a player: a ScriptedNPC, or a policy.
+type NPC interface {
+	Reply(playerText string) (string, schema.Safety)
+}
+
+var _ NPC = (*ScriptedNPC)(nil)
+
 // Play lets conv talk to npc until the player leaves, the guard meets a
 // self-harm message (reason safety), or maxTurns exchanges pass. The
 // dialogue's ids and times are left for the caller to fill in.
-func Play(conv *Conversation, npc *ScriptedNPC, maxTurns int) Dialogue {
+func Play(conv *Conversation, npc NPC, maxTurns int) Dialogue {
 	var d Dialogue
 	user := conv.Opening()
 	for turn := 1; ; turn++ {

@@ -86,7 +86,10 @@ func TestGenerateCorpusRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(reasons, stats.Reasons) || exchanges != stats.Exchanges {
 		t.Errorf("read back reasons %v, %d exchanges; generator said %v, %d", reasons, exchanges, stats.Reasons, stats.Exchanges)
 	}
-	for _, r := range []schema.EndReason{schema.EndPlayerEnded, schema.EndIdleTimeout, schema.EndMaxTurns} {
+	if stats.SafetyCrisis == 0 || stats.SafetyRefused == 0 {
+		t.Errorf("%d crisis and %d refused exchanges; want some of each with 30%% adversarial players", stats.SafetyCrisis, stats.SafetyRefused)
+	}
+	for _, r := range []schema.EndReason{schema.EndPlayerEnded, schema.EndIdleTimeout, schema.EndMaxTurns, schema.EndSafety} {
 		if reasons[r] == 0 {
 			t.Errorf("no session ended with %s: %v", r, reasons)
 		}

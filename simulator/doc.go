@@ -1,3 +1,16 @@
 // Package simulator holds the players: the ground-truth player population,
-// the bootstrap corpus generator, corpus importers and the learned user agent.
+// the bootstrap corpus generator, corpus importers, the load and referee
+// driver, and the learned user agent.
+//
+//   - [Population] and [Persona] are the seeded ground-truth players; a
+//     [Conversation] reacts to NPC replies by the rules of RULES.md
+//     ([Conversation.Assess], [Conversation.Respond]).
+//   - [ScriptedNPC] is a rule-based NPC of a chosen [NPCQuality];
+//     [GenerateCorpus] lets the population talk to a mix of them and writes
+//     session events as JSON lines.
+//   - [ImportDailyDialog], [ImportJSONL] and [ReadCorpus] read dialogues;
+//     [Dialogue] converts to and from session events.
+//   - [RunBots] plays personas against a running gateway over HTTP and
+//     returns a [BotsSummary].
+//   - [UserAgent] is the learned player simulator on an inference engine.
 package simulator

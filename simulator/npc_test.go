@@ -142,3 +142,63 @@ func TestScriptedNPC(t *testing.T) {
 		t.Error("NewScriptedNPC with an unknown quality = nil error; want an error")
 	}
 }
+
+// stubbornNPC is the good scripted NPC, except that it only ever talks
+// about the first topic the player named: it never picks up the interests
+// revealed later. It feeds the good NPC the player's text with that topic's
+// word repeated, so the good NPC's topic detection lands on it.
+type stubbornNPC struct {
+	pop   *Population
+	good  *ScriptedNPC
+	first string
+}
+
+func (n *stubbornNPC) Reply(player string) (string, schema.Safety) {
+	if n.first == "" {
+		for _, w := range words(player) {
+			if n.pop.TopicOf(w) >= 0 {
+				n.first = w
+				break
+			}
+		}
+	}
+	if n.first != "" {
+		player += strings.Repeat(" "+n.first, 20)
+	}
+	return n.good.Reply(player)
+}
+
+// TestPersonalisingNPCKeepsPlayersLonger: players reveal interests
+// gradually, so an NPC that follows the newly revealed topics earns longer
+// conversations than one that sticks to the first topic it heard.
+func TestPersonalisingNPCKeepsPlayersLonger(t *testing.T) {
+	const sessions, maxTurns = 1000, 30
+	pop := newTestPopulation(t, 200, 2027)
+	script := DefaultScriptConfig()
+	script.SlipProb, script.CallbackProb = 0, 0
+	rng := rand.New(rand.NewPCG(5, 5))
+	follow, stubborn := make([]float64, sessions), make([]float64, sessions)
+	for i := range sessions {
+		p := pop.Players()[i%len(pop.Players())]
+		seed := rng.Uint64()
+		good, err := NewScriptedNPC(pop, NPCGood, script, seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		follow[i] = float64(len(Play(p.Start(seed), good, maxTurns).Exchanges))
+		inner, err := NewScriptedNPC(pop, NPCGood, script, seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := &stubbornNPC{pop: pop, good: inner}
+		stubborn[i] = float64(len(Play(p.Start(seed), st, maxTurns).Exchanges))
+	}
+	mf, _ := meanVar(follow)
+	ms, _ := meanVar(stubborn)
+	tt, df, pt := welch(follow, stubborn)
+	_, z, pu := mannWhitney(follow, stubborn)
+	t.Logf("following Avg.L %.2f vs stubborn %.2f: Welch t = %.2f (df %.0f, p = %.3g), Mann-Whitney z = %.2f (p = %.3g)", mf, ms, tt, df, pt, z, pu)
+	if mf <= ms || pt >= 0.001 || pu >= 0.001 {
+		t.Errorf("following NPC Avg.L %.2f vs stubborn %.2f: Welch p = %.3g, Mann-Whitney p = %.3g; want following longer with both p < 0.001", mf, ms, pt, pu)
+	}
+}

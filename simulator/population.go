@@ -87,6 +87,7 @@ type Population struct {
 	cfg     PopulationConfig
 	seed    uint64
 	players []*Persona
+	byID    map[string]*Persona
 	// topicOf maps a word (and its plural forms) to its topic index.
 	topicOf map[string]int
 }
@@ -108,8 +109,10 @@ func NewPopulation(cfg PopulationConfig, seed uint64) (*Population, error) {
 		}
 	}
 	pop.players = make([]*Persona, cfg.Size)
+	pop.byID = make(map[string]*Persona, cfg.Size)
 	for i := range cfg.Size {
 		pop.players[i] = pop.draw(i)
+		pop.byID[pop.players[i].ID] = pop.players[i]
 	}
 	return pop, nil
 }
@@ -122,12 +125,8 @@ func (p *Population) Players() []*Persona { return p.players }
 
 // Player returns the persona with the given id.
 func (p *Population) Player(id string) (*Persona, bool) {
-	for _, pl := range p.players {
-		if pl.ID == id {
-			return pl, true
-		}
-	}
-	return nil, false
+	pl, ok := p.byID[id]
+	return pl, ok
 }
 
 // Topics returns the population's topics.

@@ -337,3 +337,50 @@ func TestInterestsRevealedGradually(t *testing.T) {
 		t.Error("no persona revealed a second interest in 15 exchanges")
 	}
 }
+
+// TestAdversarialKinds checks that each adversarial kind writes what its
+// rule says, and normal players never do.
+func TestAdversarialKinds(t *testing.T) {
+	cfg := DefaultPopulationConfig()
+	cfg.Size, cfg.AdversarialRate = 400, 0.5
+	pop, err := NewPopulation(cfg, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lx := cfg.Lexicon
+	marks := map[Kind][]string{
+		KindAggressive: lx.Insults, KindJailbreak: lx.Jailbreaks, KindHighRisk: lx.SelfHarm,
+		KindContradictory: {"hate", "boring", "never liked", "the worst"},
+	}
+	seen := make(map[Kind]int)
+	for _, p := range pop.Players() {
+		npc, err := NewScriptedNPC(pop, NPCGood, DefaultScriptConfig(), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Play without endings: step the conversation directly.
+		c := p.Start(3)
+		text := c.Opening()
+		for range 8 {
+			for kind, phrases := range marks {
+				if hasAnyPhrase(words(text), phrases) {
+					if p.Kind == KindNormal {
+						t.Fatalf("normal %s wrote a %s message: %q", p.ID, kind, text)
+					}
+					if kind == p.Kind {
+						seen[kind]++
+					}
+				}
+			}
+			reply, _ := npc.Reply(text)
+			a := c.Assess(reply)
+			c.update(a, reply)
+			text = c.compose(a, false)
+		}
+	}
+	for kind := range marks {
+		if seen[kind] == 0 {
+			t.Errorf("no %s persona wrote a %s message in 8 exchanges", kind, kind)
+		}
+	}
+}
