@@ -108,7 +108,7 @@ func (d *gomlxDecoder) resize(src []int, rows, length int) error {
 			d.mu.Unlock()
 			return fmt.Errorf("build resize graph: %w", err)
 		}
-		e.SetMaxCache(64)
+		e.SetMaxCache(256)
 		d.resizeFns[length] = e
 	}
 	d.mu.Unlock()

@@ -6,14 +6,19 @@ import (
 	"testing"
 )
 
-func argmax(x []float32) int {
-	best := 0
-	for i, v := range x {
-		if v > x[best] {
-			best = i
-		}
+func argmax(x []float32) int { return argmaxF32(x) }
+
+// logSoftmaxAt returns log softmax(logits)[id].
+func logSoftmaxAt(logits []float32, id int) float32 {
+	maxL := float64(logits[0])
+	for _, v := range logits {
+		maxL = math.Max(maxL, float64(v))
 	}
-	return best
+	sum := 0.0
+	for _, v := range logits {
+		sum += math.Exp(float64(v) - maxL)
+	}
+	return float32(float64(logits[id]) - maxL - math.Log(sum))
 }
 
 func maxAbsDiff(a, b []float32) float64 {

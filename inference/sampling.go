@@ -178,16 +178,3 @@ func argmaxF32(x []float32) int {
 	}
 	return best
 }
-
-// logSoftmaxAt returns log softmax(logits)[id].
-func logSoftmaxAt(logits []float32, id int) float32 {
-	maxL := float64(logits[0])
-	for _, v := range logits {
-		maxL = math.Max(maxL, float64(v))
-	}
-	sum := 0.0
-	for _, v := range logits {
-		sum += math.Exp(float64(v) - maxL)
-	}
-	return float32(float64(logits[id]) - maxL - math.Log(sum))
-}

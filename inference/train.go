@@ -8,7 +8,6 @@ import (
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
-	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 )
@@ -274,6 +273,3 @@ func nextTokenTensors(b Batch, maxSeq int) (in, tg, w *tensors.Tensor, err error
 		tensors.FromFlatDataAndDimensions(tgs, n, t),
 		tensors.FromFlatDataAndDimensions(ws, n, t), nil
 }
-
-// shapeOf is shapes.Make for float32, shortening graph code.
-func shapeOf(dims ...int) shapes.Shape { return shapes.Make(dtypes.Float32, dims...) }
