@@ -228,3 +228,21 @@ func TestDialogueEvents(t *testing.T) {
 		t.Error("turn 2 without turn 1 = nil error; want an error")
 	}
 }
+
+// BenchmarkGenerateCorpus reports the speed of the bootstrap corpus
+// generator in dialogues per second.
+func BenchmarkGenerateCorpus(b *testing.B) {
+	cfg := DefaultCorpusConfig()
+	cfg.Players, cfg.DialoguesPerPlayer = 100, 5
+	var dialogues int
+	for b.Loop() {
+		var buf bytes.Buffer
+		stats, err := GenerateCorpus(context.Background(), cfg, &buf)
+		if err != nil {
+			b.Fatal(err)
+		}
+		dialogues += stats.Dialogues
+		b.SetBytes(int64(buf.Len()))
+	}
+	b.ReportMetric(float64(dialogues)/b.Elapsed().Seconds(), "dialogues/s")
+}

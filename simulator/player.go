@@ -363,6 +363,9 @@ func (c *Conversation) compose(a Assessment, opening bool) string {
 	if countWords(sentences)+countWords([]string{main}) > c.p.Style.MaxWords {
 		main = fill(c.rng, pick(c.rng, topic.Short), topic.Words)
 	}
+	if c.question(main) {
+		main += "?" // keeps the question mark behind a lead-in or reveal
+	}
 	if newly {
 		main = strings.ReplaceAll(pick(c.rng, lx.Reveal), "{s}", main)
 	}
@@ -415,8 +418,7 @@ func (c *Conversation) style(sentences []string) string {
 	st, lx := c.p.Style, &c.cfg.Lexicon
 	out := make([]string, 0, len(sentences)+2)
 	for _, s := range sentences {
-		first, _, _ := strings.Cut(s, " ")
-		question := strings.HasSuffix(s, "?") || slices.Contains(lx.QuestionStarts, first)
+		question := c.question(s)
 		s = strings.TrimRight(s, ".!?, ")
 		if st.Slang > 0 {
 			s = c.slang(s)
@@ -448,6 +450,13 @@ func (c *Conversation) style(sentences []string) string {
 		text = strings.ToUpper(text)
 	}
 	return text
+}
+
+// question reports whether a sentence is a question: it ends in "?" or
+// starts with one of Lexicon.QuestionStarts.
+func (c *Conversation) question(s string) bool {
+	first, _, _ := strings.Cut(s, " ")
+	return strings.HasSuffix(s, "?") || slices.Contains(c.cfg.Lexicon.QuestionStarts, first)
 }
 
 // slang replaces plain words by their slang forms, each with probability

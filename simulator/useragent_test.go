@@ -177,11 +177,11 @@ func TestUserAgentStep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Six queries of one player: the same demos, different current dialogues.
+	// Four queries of one player: the same demos, different current dialogues.
 	risks := EmpiricalRisks(ds, 4)
 	demos := []PromptDialogue{PromptDialogueOf(ds[0], risks), PromptDialogueOf(ds[1], risks)}
 	var qs []UserAgentQuery
-	for _, d := range ds[2:8] {
+	for _, d := range ds[2:6] {
 		qs = append(qs, UserAgentQuery{Demos: demos, Current: PromptDialogue{Exchanges: d.Exchanges[:1]}})
 	}
 	const step = 25
