@@ -1,0 +1,258 @@
+package learner
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"slices"
+
+	"github.com/parleyhq/parley/inference"
+	"github.com/parleyhq/parley/simulator"
+)
+
+// instance is one training or scoring sequence: tokens and the weight of
+// the loss of predicting each token (weights[0] unused).
+type instance struct {
+	tokens  []int
+	weights []float32
+}
+
+// weighted counts the tokens with a loss.
+func (in instance) weighted() int {
+	n := 0
+	for _, w := range in.weights[min(1, len(in.weights)):] {
+		if w > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// truncate cuts the instance to maxSeq tokens.
+func (in instance) truncate(maxSeq int) instance {
+	if len(in.tokens) <= maxSeq {
+		return in
+	}
+	return instance{tokens: in.tokens[:maxSeq], weights: in.weights[:maxSeq]}
+}
+
+// DefaultNPCCard is the system turn of NPC training dialogues whose NPC has
+// no card of its own in SFTConfig.NPCCards.
+const DefaultNPCCard = "You are a character in a fantasy game, talking with the player. Stay in character, " +
+	"follow what the player cares about and ask about it."
+
+// npcPrompt renders dialogues the way the gateway prompts the dialogue
+// agent: the NPC's card as the system turn, then user and NPC turns in the
+// chat template.
+type npcPrompt struct {
+	cards       map[string]string
+	defaultCard string
+}
+
+func (p npcPrompt) card(npcID string) string {
+	if c, ok := p.cards[npcID]; ok && c != "" {
+		return c
+	}
+	return p.defaultCard
+}
+
+// instance is the whole dialogue with loss on the NPC turns (their text
+// and <|end|>), cut to maxSeq tokens.
+func (p npcPrompt) instance(tok *inference.Tokenizer, d simulator.Dialogue, maxSeq int) (instance, error) {
+	var in instance
+	add := func(role, text string, loss bool) error {
+		ids, err := tok.EncodeChat([]inference.Message{{Role: role, Text: text}}, false)
+		if err != nil {
+			return err
+		}
+		for k := range ids {
+			w := float32(0)
+			if loss && k > 0 { // not the <|npc|> marker, which always follows <|end|>
+				w = 1
+			}
+			in.weights = append(in.weights, w)
+		}
+		in.tokens = append(in.tokens, ids...)
+		return nil
+	}
+	if err := add(inference.RoleSystem, p.card(d.NPCID), false); err != nil {
+		return instance{}, err
+	}
+	for _, x := range d.Exchanges {
+		if err := add(inference.RoleUser, x.User, false); err != nil {
+			return instance{}, err
+		}
+		if err := add(inference.RoleNPC, x.NPC, true); err != nil {
+			return instance{}, err
+		}
+	}
+	return in.truncate(maxSeq), nil
+}
+
+// generationPrompt is the prompt for the NPC's reply in exchange k
+// (0-based): card, exchanges before k, the user turn of k, then <|npc|>.
+// Oldest exchanges are dropped to fit within budget tokens.
+func (p npcPrompt) generationPrompt(tok *inference.Tokenizer, d simulator.Dialogue, k, budget int) ([]int, error) {
+	for first := 0; first <= k; first++ {
+		msgs := []inference.Message{{Role: inference.RoleSystem, Text: p.card(d.NPCID)}}
+		for _, x := range d.Exchanges[first:k] {
+			msgs = append(msgs, inference.Message{Role: inference.RoleUser, Text: x.User}, inference.Message{Role: inference.RoleNPC, Text: x.NPC})
+		}
+		msgs = append(msgs, inference.Message{Role: inference.RoleUser, Text: d.Exchanges[k].User})
+		ids, err := tok.EncodeChat(msgs, true)
+		if err != nil {
+			return nil, err
+		}
+		if len(ids) <= budget {
+			return ids, nil
+		}
+	}
+	return nil, fmt.Errorf("prompt of exchange %d of %s: %w", k+1, d.SessionID, inference.ErrTooLong)
+}
+
+// userInstance is one user-agent SFT instance (DESIGN.md §5): the demos,
+// then the target dialogue, loss on the target's user turns with their
+// leading [Continue] / [Terminate] and a final [Terminate] turn when the
+// player ended it. The target's NPC turns but the last carry [End Risk]
+// values from risks (by exchange index). Demos are left out, the last
+// first, until the instance fits in maxSeq; a target that does not fit
+// alone is cut.
+func userInstance(tok *inference.Tokenizer, ua simulator.UserAgentConfig, demos []simulator.Dialogue, target simulator.Dialogue, risks []float64, maxSeq int) (instance, error) {
+	pd := simulator.PromptDialogueOf(target, targetRisks(risks, len(target.Exchanges)))
+	pdemos := promptDemos(demos)
+	for {
+		ids, ws, err := ua.EncodeUserAgentTraining(tok, pdemos, pd)
+		if err != nil {
+			return instance{}, err
+		}
+		if len(ids) <= maxSeq || len(pdemos) == 0 {
+			return instance{tokens: ids, weights: ws}.truncate(maxSeq), nil
+		}
+		pdemos = pdemos[:len(pdemos)-1]
+	}
+}
+
+// targetRisks returns the [End Risk] values of the first n−1 NPC turns.
+func targetRisks(risks []float64, n int) []float64 {
+	k := max(0, min(n-1, len(risks)))
+	return slices.Clone(risks[:k])
+}
+
+// promptDemos shows demos without [End Risk] values: no user agent scored
+// them.
+func promptDemos(demos []simulator.Dialogue) []simulator.PromptDialogue {
+	out := make([]simulator.PromptDialogue, len(demos))
+	for i, d := range demos {
+		out[i] = simulator.PromptDialogueOf(d, nil)
+	}
+	return out
+}
+
+// pickDemos chooses up to two other dialogues of target's player from
+// pool (the player's dialogues): the latest ones that started before the
+// target, else the earliest after it.
+func pickDemos(pool []simulator.Dialogue, target simulator.Dialogue) []simulator.Dialogue {
+	var before, after []simulator.Dialogue
+	for _, d := range pool {
+		switch {
+		case d.SessionID == target.SessionID || len(d.Exchanges) == 0:
+		case d.Started.Before(target.Started):
+			before = append(before, d)
+		default:
+			after = append(after, d)
+		}
+	}
+	byStart := func(a, b simulator.Dialogue) int {
+		return cmp.Or(a.Started.Compare(b.Started), cmp.Compare(a.SessionID, b.SessionID))
+	}
+	slices.SortFunc(before, byStart)
+	slices.SortFunc(after, byStart)
+	out := before[max(0, len(before)-2):]
+	for _, d := range after {
+		if len(out) == 2 {
+			break
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// trainingRisks are the [End Risk] values shown in user-agent training
+// instances: for exchange k, min(2·h_k, 1) where h_k is the share of the
+// dialogues reaching exchange k whose player ended them there. The factor
+// 2 puts them on the scale of the served p = min(α·2·P_T, 1) of a
+// calibrated agent; they depend on the exchange index only, so they leak
+// nothing about the target's own ending.
+func trainingRisks(ds []simulator.Dialogue, maxTurns int) []float64 {
+	h := simulator.EmpiricalRisks(ds, maxTurns)
+	for k := range h {
+		h[k] = math.Min(2*h[k], 1)
+	}
+	return h
+}
+
+// heldOutPlayer reports whether the player is among the held-out share,
+// by a seeded hash of the id, so that the split is stable across runs
+// and refreshes.
+func heldOutPlayer(playerID string, share float64, seed uint64) bool {
+	if share <= 0 {
+		return false
+	}
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%d/%s", seed, playerID)
+	return float64(h.Sum64()%1_000_000)/1_000_000 < share
+}
+
+// splitPlayers splits dialogues into training and held-out ones by player.
+func splitPlayers(ds []simulator.Dialogue, share float64, seed uint64) (train, heldOut []simulator.Dialogue) {
+	for _, d := range ds {
+		if heldOutPlayer(d.PlayerID, share, seed) {
+			heldOut = append(heldOut, d)
+		} else {
+			train = append(train, d)
+		}
+	}
+	return train, heldOut
+}
+
+// byPlayer groups dialogues by player.
+func byPlayer(ds []simulator.Dialogue) map[string][]simulator.Dialogue {
+	out := map[string][]simulator.Dialogue{}
+	for _, d := range ds {
+		out[d.PlayerID] = append(out[d.PlayerID], d)
+	}
+	return out
+}
+
+// errNoData is returned when there is nothing to train or evaluate on.
+var errNoData = errors.New("no usable dialogues")
+
+// buildInstances renders the training instances of role.
+func buildInstances(role Role, tok *inference.Tokenizer, ua simulator.UserAgentConfig, prompt npcPrompt, ds []simulator.Dialogue, risks []float64, maxSeq int) ([]instance, error) {
+	players := byPlayer(ds)
+	var out []instance
+	for _, d := range ds {
+		if len(d.Exchanges) == 0 {
+			continue
+		}
+		var in instance
+		var err error
+		if role == RoleNPC {
+			in, err = prompt.instance(tok, d, maxSeq)
+		} else {
+			in, err = userInstance(tok, ua, pickDemos(players[d.PlayerID], d), d, risks, maxSeq)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("render %s: %w", d.SessionID, err)
+		}
+		if len(in.tokens) >= 2 && in.weighted() > 0 {
+			out = append(out, in)
+		}
+	}
+	if len(out) == 0 {
+		return nil, errNoData
+	}
+	return out, nil
+}

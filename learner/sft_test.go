@@ -1,0 +1,166 @@
+package learner
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+
+	"github.com/parleyhq/parley/inference"
+	"github.com/parleyhq/parley/simulator"
+)
+
+// generatedCorpus plays a small seeded population against the scripted
+// NPCs and returns the dialogues.
+func generatedCorpus(t testing.TB, players, perPlayer, maxTurns int, seed uint64) []simulator.Dialogue {
+	t.Helper()
+	cfg := simulator.DefaultCorpusConfig()
+	cfg.Players, cfg.DialoguesPerPlayer, cfg.MaxTurns, cfg.Seed, cfg.IncludeHeldOut = players, perPlayer, maxTurns, seed, true
+	var buf bytes.Buffer
+	if _, err := simulator.GenerateCorpus(context.Background(), cfg, &buf); err != nil {
+		t.Fatalf("GenerateCorpus: %v", err)
+	}
+	ds, err := simulator.ReadCorpus(&buf)
+	if err != nil {
+		t.Fatalf("ReadCorpus: %v", err)
+	}
+	return ds
+}
+
+// tinySFTConfig is a model and run small enough for the default test run.
+func tinySFTConfig(t testing.TB, role Role) SFTConfig {
+	cfg := DefaultSFTConfig(role)
+	cfg.Arch.Dim, cfg.Arch.Layers, cfg.Arch.Heads, cfg.Arch.FFNDim, cfg.Arch.MaxSeq = 32, 2, 2, 64, 384
+	cfg.VocabSize = 400
+	cfg.DataDir = t.TempDir()
+	cfg.Steps, cfg.BatchSize, cfg.CheckpointEvery = 8, 4, 3
+	cfg.Train.LearningRate = 3e-3
+	cfg.HeldOutShare = 0.25
+	cfg.MaxTurns = 4
+	cfg.SkipEvalBefore = true
+	cfg.Eval = EvalConfig{MaxDialogues: 2, MaxReplies: 2, ReplyTokens: 4, MaxTurns: 4, ScoreBatch: 4, Seed: 1}
+	return cfg
+}
+
+var errStop = errors.New("simulated crash")
+
+// TestSFTResumeContinuesLossCurve crashes a run after step 5, resumes it
+// from its step-3 checkpoint and checks that the losses of the resumed run
+// are exactly those of a run that never stopped; the finished run is
+// published with its manifest.
+func TestSFTResumeContinuesLossCurve(t *testing.T) {
+	ds := generatedCorpus(t, 12, 3, 4, 1)
+	ctx := context.Background()
+
+	whole := tinySFTConfig(t, RoleUser)
+	want, err := TrainSFT(ctx, whole, ds, nil)
+	if err != nil {
+		t.Fatalf("uninterrupted run: %v", err)
+	}
+	if len(want.Losses) != whole.Steps {
+		t.Fatalf("uninterrupted run has %d losses; want %d", len(want.Losses), whole.Steps)
+	}
+
+	cfg := tinySFTConfig(t, RoleUser)
+	cfg.Registry = filepath.Join(cfg.DataDir, "registry")
+	crashing := cfg
+	crashing.afterStep = func(step int) error {
+		if step == 5 {
+			return errStop
+		}
+		return nil
+	}
+	if _, err := TrainSFT(ctx, crashing, ds, nil); !errors.Is(err, errStop) {
+		t.Fatalf("crashing run returned %v; want the simulated crash", err)
+	}
+	var progress bytes.Buffer
+	cfg.Progress = &progress
+	got, err := TrainSFT(ctx, cfg, ds, nil)
+	if err != nil {
+		t.Fatalf("resumed run: %v", err)
+	}
+	if got.ResumedFrom != 3 {
+		t.Errorf("resumed from step %d; want the step-3 checkpoint", got.ResumedFrom)
+	}
+	if len(got.Losses) != len(want.Losses) {
+		t.Fatalf("resumed run has %d losses; want %d", len(got.Losses), len(want.Losses))
+	}
+	for i := range want.Losses {
+		if got.Losses[i] != want.Losses[i] {
+			t.Errorf("loss at step %d = %.6f after resume; want %.6f as without the crash", i+1, got.Losses[i], want.Losses[i])
+		}
+	}
+	if !bytes.Contains(progress.Bytes(), []byte("tok/s")) {
+		t.Errorf("progress output %q shows no tokens/s", progress.String())
+	}
+
+	if !got.Published || got.Version != "v1" {
+		t.Fatalf("published %v as %q; want v1", got.Published, got.Version)
+	}
+	m, tok, man, err := inference.LoadCheckpoint(filepath.Join(cfg.Registry, cfg.Model, "v1"), inference.DefaultBackendConfig())
+	if err != nil {
+		t.Fatalf("load the published version: %v", err)
+	}
+	if man.Algorithm != "sft" || man.DataWindow == nil || man.DataWindow.Sessions != got.TrainDialogues || man.Metrics["ppl"] <= 0 {
+		t.Errorf("manifest = %+v; want algorithm sft, a data window of %d sessions and a PPL", man, got.TrainDialogues)
+	}
+	if m.Config().VocabSize != tok.VocabSize() {
+		t.Errorf("published model has vocab %d, tokenizer %d", m.Config().VocabSize, tok.VocabSize())
+	}
+}
+
+func TestSFTRefusesAnotherRunsCheckpoints(t *testing.T) {
+	ds := generatedCorpus(t, 12, 3, 4, 1)
+	cfg := tinySFTConfig(t, RoleNPC)
+	cfg.Steps = 3
+	if _, err := TrainSFT(context.Background(), cfg, ds, nil); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Steps = 6
+	cfg.Train.LearningRate = 1e-3
+	if _, err := TrainSFT(context.Background(), cfg, ds, nil); !errors.Is(err, ErrRunMismatch) {
+		t.Errorf("rerun with other settings in the same run dir returned %v; want ErrRunMismatch", err)
+	}
+}
+
+func TestUserInstanceWeights(t *testing.T) {
+	ds := generatedCorpus(t, 4, 3, 4, 2)
+	var texts []string
+	for _, d := range ds {
+		for _, x := range d.Exchanges {
+			texts = append(texts, x.User, x.NPC)
+		}
+	}
+	tok, err := inference.TrainTokenizer(texts, 400)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cont, _ := tok.TokenID(inference.TokContinue)
+	term, _ := tok.TokenID(inference.TokTerminate)
+	ua := simulator.DefaultUserAgentConfig()
+	players := byPlayer(ds)
+	for _, d := range ds {
+		in, err := userInstance(tok, ua, pickDemos(players[d.PlayerID], d), d, []float64{0.2, 0.4, 0.6}, 4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var decisions, weightedTerm int
+		for j, id := range in.tokens {
+			if (id == cont || id == term) && in.weights[j] > 0 {
+				decisions++
+				if id == term {
+					weightedTerm++
+				}
+			}
+		}
+		wantDecisions, wantTerm := len(d.Exchanges), 0
+		if d.Reason.PlayerEnded() {
+			wantDecisions, wantTerm = wantDecisions+1, 1
+		}
+		if decisions != wantDecisions || weightedTerm != wantTerm {
+			t.Errorf("%s (%d exchanges, %s): %d weighted decisions, %d [Terminate]; want %d and %d",
+				d.SessionID, len(d.Exchanges), d.Reason, decisions, weightedTerm, wantDecisions, wantTerm)
+		}
+	}
+}
