@@ -1,0 +1,424 @@
+// Package experiment reproduces the paper's experiments at the scale of
+// this machine: it bootstraps a dialogue agent and a user agent by SFT on
+// dialogues of the ground-truth population, trains SFT-only, GRPO, GSPO,
+// TreeRPO and AT-GRPO (and AT-GRPO's ablations) from the same start
+// against the same user agent, evaluates each on held-out players and on
+// the user agent, and writes results.md, results.csv and PNG charts.
+package experiment
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/parleyhq/parley/inference"
+	"github.com/parleyhq/parley/learner"
+	"github.com/parleyhq/parley/learner/rl"
+	"github.com/parleyhq/parley/schema"
+	"github.com/parleyhq/parley/simulator"
+)
+
+// Config selects what Run does.
+type Config struct {
+	// Profile is "paper", "small" or "tiny"; Override, when set, replaces
+	// the named profile (tests shrink it further).
+	Profile  string   `json:"profile"`
+	Override *Profile `json:"-"`
+	// Seeds is the number of RL seeds per variant (1, 2, …).
+	Seeds int `json:"seeds"`
+	// OutDir receives results.md, results.csv, the charts and models/.
+	OutDir string `json:"out_dir"`
+}
+
+// DefaultConfig runs the small profile with three seeds into ./experiment.
+func DefaultConfig() Config { return Config{Profile: "small", Seeds: 3, OutDir: "experiment"} }
+
+// Validate reports the first bad field.
+func (c Config) Validate() error {
+	if c.Seeds < 1 {
+		return fmt.Errorf("experiment: seeds %d must be at least 1", c.Seeds)
+	}
+	if c.OutDir == "" {
+		return errors.New("experiment: an output directory is required")
+	}
+	if c.Override == nil {
+		_, err := ProfileByName(c.Profile)
+		return err
+	}
+	return c.Override.Validate()
+}
+
+// CurvePoint is one point of Figure 5: the policy with the user agent
+// (α = 1) after Step RL steps.
+type CurvePoint struct {
+	Step int     `json:"step"`
+	AvgR float64 `json:"avg_r"`
+	AvgL float64 `json:"avg_l"`
+}
+
+// Row is the outcome of one variant and seed.
+type Row struct {
+	Variant string `json:"variant"`
+	Table   string `json:"table"`
+	Seed    int    `json:"seed"`
+	// Held-out ground-truth players: PPL of the reference NPC turns,
+	// Dist-1/2 of the policy's turns, Avg.L and Avg.r.
+	PPL   float64 `json:"ppl"`
+	Dist1 float64 `json:"dist1"`
+	Dist2 float64 `json:"dist2"`
+	AvgL  float64 `json:"avg_l"`
+	AvgR  float64 `json:"avg_r"`
+	// The same held-out openings with the user agent (α = 1).
+	UAAvgL float64 `json:"ua_avg_l"`
+	UAAvgR float64 `json:"ua_avg_r"`
+	// Cost (Table 6): seconds per RL step, peak Go heap in use during the
+	// run, nodes per tree measured; S and S+W·L of the paper's formula and
+	// the exact count without terminations.
+	SecPerStep   float64      `json:"sec_per_step"`
+	PeakHeapMB   float64      `json:"peak_heap_mb"`
+	NodesPerTree float64      `json:"nodes_per_tree"`
+	BudgetS      int          `json:"budget_s"`
+	GroupNodes   int          `json:"group_nodes"`
+	ExactNodes   int          `json:"exact_nodes"`
+	Curve        []CurvePoint `json:"curve"`
+}
+
+// Results is everything Run measured.
+type Results struct {
+	Profile  Profile   `json:"profile"`
+	Seeds    int       `json:"seeds"`
+	Variants []Variant `json:"variants"`
+	Rows     []Row     `json:"rows"`
+	// SFTSeconds is the bootstrap's time (corpus, tokenizer, both SFTs).
+	SFTSeconds float64 `json:"sft_seconds"`
+	Seconds    float64 `json:"seconds"`
+}
+
+// env holds what every variant shares: the corpus, the tokenizer, the SFT
+// checkpoint, the user agent and the prompts.
+type env struct {
+	prof    Profile
+	corpus  *corpus
+	tok     *inference.Tokenizer
+	npcDir  string
+	ua      *simulator.UserAgent
+	pool    []rl.Prompt
+	eval    []rl.Prompt
+	curve   []rl.Prompt
+	refs    []rl.Sample
+	players *rl.PlayerEnv
+	logger  *slog.Logger
+}
+
+// Run bootstraps the agents, trains and evaluates every variant for every
+// seed, and writes the report into cfg.OutDir.
+func Run(ctx context.Context, cfg Config, logger *slog.Logger) (*Results, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	prof := PaperProfile()
+	if cfg.Override != nil {
+		prof = *cfg.Override
+	} else {
+		prof, _ = ProfileByName(cfg.Profile)
+	}
+	if err := prof.Validate(); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	if err := os.MkdirAll(cfg.OutDir, 0o755); err != nil {
+		return nil, fmt.Errorf("experiment: %w", err)
+	}
+	e, stopUA, err := bootstrap(ctx, prof, cfg.OutDir, logger)
+	if err != nil {
+		return nil, err
+	}
+	defer stopUA()
+	res := &Results{Profile: prof, Seeds: cfg.Seeds, Variants: Variants(prof), SFTSeconds: time.Since(start).Seconds()}
+	for _, v := range res.Variants {
+		for seed := 1; seed <= cfg.Seeds; seed++ {
+			row, err := e.run(ctx, v, seed)
+			if err != nil {
+				return nil, fmt.Errorf("experiment %s seed %d: %w", v.Name, seed, err)
+			}
+			res.Rows = append(res.Rows, row)
+			logger.Info("experiment row", "variant", v.Name, "seed", seed, "avg_l", row.AvgL, "avg_r", row.AvgR,
+				"ua_avg_l", row.UAAvgL, "ua_avg_r", row.UAAvgR, "ppl", row.PPL, "sec_per_step", row.SecPerStep)
+		}
+	}
+	res.Seconds = time.Since(start).Seconds()
+	if err := WriteReport(cfg.OutDir, res); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// engineConfig lets whole tree levels of several trees queue at once.
+func engineConfig() inference.EngineConfig {
+	c := inference.DefaultEngineConfig()
+	c.MaxBatch, c.QueueSize = 64, 4096
+	return c
+}
+
+// startEngine serves m until the returned stop is called.
+func startEngine(m *inference.Model, tok *inference.Tokenizer, logger *slog.Logger) (*inference.Engine, func(), error) {
+	eng, err := inference.NewEngine(m, tok, engineConfig(), logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := eng.Run(ctx); err != nil {
+			logger.Error("engine stopped", "err", err)
+		}
+	}()
+	return eng, func() {
+		cancel()
+		<-done
+	}, nil
+}
+
+// bootstrap builds the corpus, the tokenizer, the SFT dialogue agent (saved
+// as a checkpoint every variant starts from) and the user agent.
+func bootstrap(ctx context.Context, prof Profile, out string, logger *slog.Logger) (*env, func(), error) {
+	c, err := newCorpus(prof)
+	if err != nil {
+		return nil, nil, err
+	}
+	logger.Info("bootstrap corpus", "train", len(c.train), "held_out", len(c.heldOut))
+	tok, err := inference.TrainTokenizer(c.texts(), prof.VocabSize)
+	if err != nil {
+		return nil, nil, fmt.Errorf("bootstrap tokenizer: %w", err)
+	}
+	mc := prof.Model
+	mc.VocabSize = tok.VocabSize()
+	seqs, ws := npcInstances(tok, c.train, mc.MaxSeq)
+	npc, err := sft(ctx, "dialogue agent", mc, prof, seqs, ws, 1, logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	uac := simulator.DefaultUserAgentConfig()
+	uac.Lambda = prof.RL.Lambda
+	uac.Sampling.MaxTokens = prof.UserAgentTokens
+	useqs, uws, err := userAgentInstances(tok, uac, c, mc.MaxSeq)
+	if err != nil {
+		return nil, nil, fmt.Errorf("bootstrap user agent: %w", err)
+	}
+	uaModel, err := sft(ctx, "user agent", mc, prof, useqs, uws, 2, logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	models := filepath.Join(out, "models")
+	if err := os.RemoveAll(models); err != nil {
+		return nil, nil, fmt.Errorf("bootstrap: %w", err)
+	}
+	npcDir := filepath.Join(models, "npc-sft")
+	for dir, m := range map[string]*inference.Model{npcDir: npc, filepath.Join(models, "user-agent"): uaModel} {
+		man := schema.Manifest{Model: filepath.Base(dir), Version: "v1", Algorithm: "sft", CreatedAt: time.Now().UTC()}
+		if err := inference.SaveCheckpoint(dir, m, tok, man); err != nil {
+			return nil, nil, fmt.Errorf("bootstrap: %w", err)
+		}
+	}
+	uaEng, stop, err := startEngine(uaModel, tok, logger)
+	if err != nil {
+		return nil, nil, fmt.Errorf("bootstrap user agent engine: %w", err)
+	}
+	ua, err := simulator.NewUserAgent(uaEng, uac)
+	if err != nil {
+		stop()
+		return nil, nil, fmt.Errorf("bootstrap user agent: %w", err)
+	}
+	e := &env{
+		prof: prof, corpus: c, tok: tok, npcDir: npcDir, ua: ua, players: rl.NewPlayerEnv(c.pop), logger: logger,
+		pool: c.prompts(false, max(4*prof.RL.Batch, 32), 1),
+		eval: c.prompts(true, prof.EvalPrompts, 9_000_000),
+	}
+	e.curve = e.eval[:min(prof.CurvePrompts, len(e.eval))]
+	rs, rw := npcInstances(tok, c.heldOut, mc.MaxSeq)
+	e.refs = referenceSamples(rs, rw)
+	return e, stop, nil
+}
+
+// referenceSamples cuts each weighted sequence at its first weighted token
+// into a prompt and a scored continuation (the rest: later NPC turns are
+// scored, the user turns between them too, and then dropped by weight).
+// To score exactly the NPC turns, every NPC turn becomes its own sample.
+func referenceSamples(seqs [][]int, ws [][]float32) []rl.Sample {
+	var out []rl.Sample
+	for i, s := range seqs {
+		w := ws[i]
+		for j := 1; j < len(s); {
+			if w[j] == 0 {
+				j++
+				continue
+			}
+			k := j
+			for k < len(s) && w[k] != 0 {
+				k++
+			}
+			out = append(out, rl.Sample{Prompt: s[:j], Tokens: s[j:k]})
+			j = k
+		}
+	}
+	return out
+}
+
+// heapPeak samples the Go heap in use until stop is called and returns
+// the peak in MiB.
+func heapPeak() (stop func() float64) {
+	var mu sync.Mutex
+	var peak uint64
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	sample := func() {
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		mu.Lock()
+		peak = max(peak, ms.HeapInuse)
+		mu.Unlock()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				sample()
+			}
+		}
+	}()
+	return func() float64 {
+		close(done)
+		wg.Wait()
+		sample()
+		return float64(peak) / (1 << 20)
+	}
+}
+
+// run trains (unless v is SFT only) and evaluates one variant with one seed.
+func (e *env) run(ctx context.Context, v Variant, seed int) (Row, error) {
+	row := Row{Variant: v.Name, Table: v.Table, Seed: seed}
+	runtime.GC()
+	peak := heapPeak()
+	model, _, _, err := inference.LoadCheckpoint(e.npcDir, inference.DefaultBackendConfig())
+	if err != nil {
+		peak()
+		return row, err
+	}
+	eng, stop, err := startEngine(model, e.tok, e.logger)
+	if err != nil {
+		peak()
+		return row, err
+	}
+	defer stop()
+	pc := e.prof.Policy
+	pc.Seed = uint64(seed)*7919 + 1
+	pol, err := rl.NewModelPolicy(eng, e.tok, model.Config().MaxSeq, pc)
+	if err != nil {
+		peak()
+		return row, err
+	}
+	uc := e.prof.RL.Update
+	if v.Config != nil {
+		uc = v.Config.Update
+	}
+	up, err := rl.NewUpdater(model, uc)
+	if err != nil {
+		peak()
+		return row, err
+	}
+	uaEnv := rl.NewUserAgentEnv(e.ua, uint64(seed)*104729)
+	curvePoint := func(step int) error {
+		r, err := rl.Evaluate(ctx, pol, uaEnv, e.curve, e.prof.EvalDepth, 0)
+		if err != nil {
+			return err
+		}
+		row.Curve = append(row.Curve, CurvePoint{Step: step, AvgR: r.AvgR, AvgL: r.AvgL})
+		return nil
+	}
+	if v.Config != nil {
+		cfg := *v.Config
+		cfg.Seed = uint64(seed)
+		tr, err := rl.NewTrainer(cfg, pol, uaEnv, up, e.logger)
+		if err != nil {
+			peak()
+			return row, err
+		}
+		row.BudgetS, row.GroupNodes, row.ExactNodes = cfg.Tree.Budget(), cfg.Tree.W*cfg.Tree.Depth, cfg.Tree.NodesWithoutTerminations()
+		if err := curvePoint(0); err != nil {
+			peak()
+			return row, err
+		}
+		var secs, nodes float64
+		for step := range cfg.Steps {
+			st, _, err := tr.Step(ctx, e.pool)
+			if err != nil {
+				peak()
+				return row, err
+			}
+			secs += st.Seconds
+			nodes += st.Nodes
+			if (step+1)%e.prof.CurveEvery == 0 || step+1 == cfg.Steps {
+				if err := curvePoint(step + 1); err != nil {
+					peak()
+					return row, err
+				}
+			}
+		}
+		if cfg.Steps > 0 {
+			row.SecPerStep, row.NodesPerTree = secs/float64(cfg.Steps), nodes/float64(cfg.Steps)
+		}
+	}
+	row.PeakHeapMB = peak()
+	gt, err := rl.Evaluate(ctx, pol, e.players, e.eval, e.prof.EvalDepth, 0)
+	if err != nil {
+		return row, err
+	}
+	row.AvgL, row.AvgR = gt.AvgL, gt.AvgR
+	row.Dist1, row.Dist2 = learner.Distinct(gt.NPCTurns, 1), learner.Distinct(gt.NPCTurns, 2)
+	uaRes, err := rl.Evaluate(ctx, pol, uaEnv, e.eval, e.prof.EvalDepth, 0)
+	if err != nil {
+		return row, err
+	}
+	row.UAAvgL, row.UAAvgR = uaRes.AvgL, uaRes.AvgR
+	row.PPL, err = perplexity(up, e.refs)
+	return row, err
+}
+
+// perplexity is exp of the mean NLL of the reference NPC turns, scored in
+// chunks.
+func perplexity(up *rl.Updater, refs []rl.Sample) (float64, error) {
+	nll, n := 0.0, 0
+	for lo := 0; lo < len(refs); lo += 32 {
+		lps, err := up.LogProbs(refs[lo:min(lo+32, len(refs))])
+		if err != nil {
+			return 0, fmt.Errorf("perplexity: %w", err)
+		}
+		for _, lp := range lps {
+			for _, x := range lp {
+				nll -= float64(x)
+				n++
+			}
+		}
+	}
+	if n == 0 {
+		return math.Inf(1), nil
+	}
+	return learner.Perplexity(nll, n), nil
+}

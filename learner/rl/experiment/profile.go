@@ -1,0 +1,202 @@
+package experiment
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/parleyhq/parley/inference"
+	"github.com/parleyhq/parley/learner/rl"
+)
+
+// Profile sizes every part of an experiment.
+type Profile struct {
+	Name string `json:"name"`
+
+	// Population and bootstrap corpus: Players personas, each playing
+	// DialoguesPerPlayer dialogues of at most MaxTurns exchanges against
+	// scripted NPCs of mixed quality.
+	Players            int    `json:"players"`
+	DialoguesPerPlayer int    `json:"dialogues_per_player"`
+	MaxTurns           int    `json:"max_turns"`
+	PopulationSeed     uint64 `json:"population_seed"`
+
+	// Tokenizer and models (dialogue agent and user agent share the shape).
+	VocabSize int                   `json:"vocab_size"`
+	Model     inference.ModelConfig `json:"model"`
+
+	// SFT of both agents.
+	SFTSteps int     `json:"sft_steps"`
+	SFTBatch int     `json:"sft_batch"`
+	SFTLR    float64 `json:"sft_lr"`
+
+	// RL is the AT-GRPO run; baselines and ablations derive from it.
+	RL rl.Config `json:"rl"`
+	// Policy is the NPC's sampling (top-k 50, temperature 0.7).
+	Policy rl.PolicyConfig `json:"policy"`
+	// UserAgentTokens bounds the user agent's replies.
+	UserAgentTokens int `json:"user_agent_tokens"`
+
+	// EvalPrompts is the number of held-out dialogues of the final
+	// evaluation (with the ground-truth players and with the user agent);
+	// EvalDepth its L.
+	EvalPrompts int `json:"eval_prompts"`
+	EvalDepth   int `json:"eval_depth"`
+	// CurvePrompts held-out dialogues with the user agent every CurveEvery
+	// steps draw Figure 5.
+	CurvePrompts int `json:"curve_prompts"`
+	CurveEvery   int `json:"curve_every"`
+	// Ablations adds Table 5's four AT-GRPO ablations.
+	Ablations bool `json:"ablations"`
+}
+
+// Validate reports the first bad field.
+func (p Profile) Validate() error {
+	switch {
+	case p.Players < 4 || p.DialoguesPerPlayer < 3 || p.MaxTurns < 1:
+		return fmt.Errorf("profile %q: players %d (≥4), dialogues per player %d (≥3: two demos and a target), max turns %d",
+			p.Name, p.Players, p.DialoguesPerPlayer, p.MaxTurns)
+	case p.SFTSteps < 0 || p.SFTBatch < 1 || p.SFTLR <= 0:
+		return fmt.Errorf("profile %q: sft steps %d, batch %d, lr %g out of range", p.Name, p.SFTSteps, p.SFTBatch, p.SFTLR)
+	case p.EvalPrompts < 1 || p.EvalDepth < 1 || p.CurvePrompts < 1 || p.CurveEvery < 1 || p.UserAgentTokens < 1:
+		return fmt.Errorf("profile %q: evaluation sizes must be positive", p.Name)
+	}
+	if err := p.Model.Validate(); err != nil {
+		return fmt.Errorf("profile %q: %w", p.Name, err)
+	}
+	if err := p.RL.Validate(); err != nil {
+		return fmt.Errorf("profile %q: %w", p.Name, err)
+	}
+	return p.Policy.Validate()
+}
+
+// PaperProfile keeps the paper's RL defaults (W=8, w=2, γ=2, ω=0.3, L=10,
+// β=0.01, ε=0.2, λ=0.02, 32 trees per step, 100 steps, lr 1e-5) on the
+// default ~1.3M-parameter model. It is far beyond 2 CPU cores (about
+// 1,600 nodes per tree); it documents the method's settings.
+func PaperProfile() Profile {
+	m := inference.DefaultModelConfig()
+	pc := rl.DefaultPolicyConfig()
+	return Profile{
+		Name: "paper", Players: 200, DialoguesPerPlayer: 5, MaxTurns: 12, PopulationSeed: 7,
+		VocabSize: 2048, Model: m,
+		SFTSteps: 2000, SFTBatch: 16, SFTLR: 2e-5 * 50, // the paper's 2e-5 is for a pre-trained LLM; ours starts from scratch
+		RL: rl.DefaultConfig(), Policy: pc, UserAgentTokens: 32,
+		EvalPrompts: 200, EvalDepth: 10, CurvePrompts: 32, CurveEvery: 10, Ablations: true,
+	}
+}
+
+// SmallProfile fits the whole experiment (SFT, four algorithms, four
+// ablations, three seeds) in about 90 minutes on 2 CPU cores: a ~100k
+// parameter model, trees of W=4, w=2, γ=2 over L=4 exchanges, 4 trees per
+// step, 12 steps. The RL learning rate is raised to 2e-4: 1e-5 does not move
+// a model this small in 12 steps.
+func SmallProfile() Profile {
+	p := PaperProfile()
+	p.Name = "small"
+	p.Players, p.DialoguesPerPlayer, p.MaxTurns = 60, 4, 8
+	p.VocabSize = 512
+	p.Model.Dim, p.Model.Layers, p.Model.Heads, p.Model.FFNDim, p.Model.MaxSeq = 64, 2, 4, 128, 192
+	p.SFTSteps, p.SFTBatch, p.SFTLR = 300, 16, 3e-3
+	p.RL.Tree.W, p.RL.Tree.Width, p.RL.Tree.Depth = 4, 2, 4
+	p.RL.Batch, p.RL.Workers, p.RL.Steps = 4, 4, 12
+	p.RL.Update.Train.LearningRate = 2e-4
+	p.RL.Update.MiniBatch = 32
+	p.Policy.Sampling.MaxTokens = 24
+	p.UserAgentTokens = 16
+	p.EvalPrompts, p.EvalDepth, p.CurvePrompts, p.CurveEvery = 24, 6, 8, 3
+	return p
+}
+
+// TinyProfile runs the whole experiment in a few minutes, for tests and CI:
+// one seed is enough to check every stage; the numbers mean little.
+func TinyProfile() Profile {
+	p := SmallProfile()
+	p.Name = "tiny"
+	p.Players, p.DialoguesPerPlayer, p.MaxTurns = 24, 3, 5
+	p.VocabSize = 300
+	p.Model.Dim, p.Model.Layers, p.Model.Heads, p.Model.FFNDim, p.Model.MaxSeq = 32, 1, 2, 64, 160
+	p.SFTSteps, p.SFTBatch = 40, 8
+	p.RL.Tree.W, p.RL.Tree.Width, p.RL.Tree.Depth = 3, 2, 3
+	p.RL.Batch, p.RL.Workers, p.RL.Steps = 2, 2, 2
+	p.Policy.Sampling.MaxTokens = 12
+	p.UserAgentTokens = 8
+	p.EvalPrompts, p.EvalDepth, p.CurvePrompts, p.CurveEvery = 6, 3, 3, 1
+	p.Ablations = true
+	return p
+}
+
+// Profiles lists the profile names.
+func Profiles() []string { return []string{"paper", "small", "tiny"} }
+
+// ProfileByName returns a named profile.
+func ProfileByName(name string) (Profile, error) {
+	switch name {
+	case "paper":
+		return PaperProfile(), nil
+	case "small":
+		return SmallProfile(), nil
+	case "tiny":
+		return TinyProfile(), nil
+	}
+	return Profile{}, fmt.Errorf("profile %q: want one of %v", name, Profiles())
+}
+
+// Variant is one trained configuration of an experiment.
+type Variant struct {
+	// Name is the row label: "GRPO", "AT-GRPO", "w/o style demos", ….
+	Name string `json:"name"`
+	// Table is "main" (Table 3) or "ablation" (Table 5).
+	Table string `json:"table"`
+	// Config is nil for the SFT-only row.
+	Config *rl.Config `json:"config,omitempty"`
+}
+
+// Variants lists the rows of Tables 3 and 5 for p: SFT-only, the three
+// baselines and AT-GRPO, then AT-GRPO's ablations.
+func Variants(p Profile) []Variant {
+	cfg := func(edit func(*rl.Config)) *rl.Config {
+		c := p.RL.WithAlgorithm(rl.ATGRPO)
+		edit(&c)
+		return &c
+	}
+	alg := func(a rl.Algorithm) *rl.Config {
+		c := p.RL.WithAlgorithm(a)
+		return &c
+	}
+	runs := []Variant{
+		{Name: "SFT only", Table: "main"},
+		{Name: "GRPO", Table: "main", Config: alg(rl.GRPO)},
+		{Name: "GSPO", Table: "main", Config: alg(rl.GSPO)},
+		{Name: "TreeRPO (L=4)", Table: "main", Config: alg(rl.TreeRPO)},
+		{Name: "AT-GRPO", Table: "main", Config: alg(rl.ATGRPO)},
+	}
+	if !p.Ablations {
+		return runs
+	}
+	mean := 0
+	for i := 1; i <= p.RL.Tree.Depth; i++ {
+		mean += p.RL.Tree.Range(i)
+	}
+	fixed := (2*mean + p.RL.Tree.Depth) / (2 * p.RL.Tree.Depth) // rounded mean adaptive range
+	return append(runs,
+		Variant{Name: "w/o style demos", Table: "ablation", Config: cfg(func(c *rl.Config) { c.StyleDemos = false })},
+		Variant{Name: "w/o dynamic threshold", Table: "ablation", Config: cfg(func(c *rl.Config) { c.DynamicThreshold = false })},
+		Variant{Name: fmt.Sprintf("fixed range l=%d", fixed), Table: "ablation", Config: cfg(func(c *rl.Config) { c.Tree.FixedRange = fixed })},
+		Variant{Name: "w/o tree aggregation", Table: "ablation", Config: cfg(func(c *rl.Config) { c.Tree.Aggregate = false })},
+	)
+}
+
+// mainNames are Table 3's rows in order; ablation rows follow AT-GRPO.
+func tableRows(runs []Variant, table string) []string {
+	var out []string
+	for _, r := range runs {
+		if r.Table == table || (table == "ablation" && r.Name == "AT-GRPO") {
+			out = append(out, r.Name)
+		}
+	}
+	if table == "ablation" {
+		i := slices.Index(out, "AT-GRPO")
+		out = append([]string{"AT-GRPO"}, slices.Delete(out, i, i+1)...)
+	}
+	return out
+}

@@ -1,0 +1,246 @@
+package experiment
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+
+	"github.com/parleyhq/parley/learner/rl"
+)
+
+// Report file names inside the output directory.
+const (
+	ResultsMarkdown = "results.md"
+	ResultsCSV      = "results.csv"
+	ResultsJSON     = "results.json"
+	FigureAvgR      = "figure5_avg_r.png"
+	FigureAvgL      = "figure5_avg_l.png"
+)
+
+// WriteReport writes results.md, results.csv, results.json and the two
+// panels of Figure 5 into dir.
+func WriteReport(dir string, res *Results) error {
+	if err := writeCSV(filepath.Join(dir, ResultsCSV), res); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ResultsJSON), b, 0o644); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	for _, f := range []struct {
+		file, label string
+		get         func(CurvePoint) float64
+	}{
+		{FigureAvgR, "Avg.r (user agent, α=1)", func(p CurvePoint) float64 { return p.AvgR }},
+		{FigureAvgL, "Avg.L (user agent, α=1)", func(p CurvePoint) float64 { return p.AvgL }},
+	} {
+		if err := writeFigure(filepath.Join(dir, f.file), res, f.label, f.get); err != nil {
+			return err
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, ResultsMarkdown), []byte(Markdown(res)), 0o644); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	return nil
+}
+
+func writeCSV(path string, res *Results) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("write csv: %w", err)
+	}
+	defer f.Close()
+	w := csv.NewWriter(f)
+	head := []string{"variant", "table", "seed", "ppl", "dist1", "dist2", "avg_l", "avg_r", "ua_avg_l", "ua_avg_r",
+		"sec_per_step", "peak_heap_mb", "nodes_per_tree", "budget_s", "group_nodes", "exact_nodes"}
+	if err := w.Write(head); err != nil {
+		return fmt.Errorf("write csv: %w", err)
+	}
+	g := func(x float64) string { return strconv.FormatFloat(x, 'f', 4, 64) }
+	for _, r := range res.Rows {
+		rec := []string{r.Variant, r.Table, strconv.Itoa(r.Seed), g(r.PPL), g(r.Dist1), g(r.Dist2), g(r.AvgL), g(r.AvgR),
+			g(r.UAAvgL), g(r.UAAvgR), g(r.SecPerStep), g(r.PeakHeapMB), g(r.NodesPerTree),
+			strconv.Itoa(r.BudgetS), strconv.Itoa(r.GroupNodes), strconv.Itoa(r.ExactNodes)}
+		if err := w.Write(rec); err != nil {
+			return fmt.Errorf("write csv: %w", err)
+		}
+	}
+	w.Flush()
+	if err := w.Error(); err != nil {
+		return fmt.Errorf("write csv: %w", err)
+	}
+	return f.Close()
+}
+
+// byVariant collects one metric of every seed of a variant.
+func byVariant(res *Results, name string, get func(Row) float64) []float64 {
+	var out []float64
+	for _, r := range res.Rows {
+		if r.Variant == name {
+			out = append(out, get(r))
+		}
+	}
+	return out
+}
+
+func pm(xs []float64, prec int) string {
+	m, s := rl.MeanStd(xs)
+	if len(xs) < 2 {
+		return strconv.FormatFloat(m, 'f', prec, 64)
+	}
+	return fmt.Sprintf("%.*f ± %.*f", prec, m, prec, s)
+}
+
+// Markdown renders Tables 3, 5 and 6 (mean ± sample std over seeds) and
+// links Figure 5.
+func Markdown(res *Results) string {
+	var b strings.Builder
+	p := res.Profile
+	t := p.RL.Tree
+	fmt.Fprintf(&b, "# AT-GRPO experiment — profile %s\n\n", p.Name)
+	fmt.Fprintf(&b, "%d seed(s); model %d params (d%d, %d layers); trees W=%d, w=%d, γ=%g, ω=%g, L=%d; "+
+		"%d trees/step, %d steps, RL lr %g, β=%g, ε=%g, λ=%g. Bootstrap %.0f s, total %.0f s.\n\n",
+		res.Seeds, p.Model.Params(), p.Model.Dim, p.Model.Layers, t.W, t.Width, t.Gamma, t.Omega, t.Depth,
+		p.RL.Batch, p.RL.Steps, p.RL.Update.Train.LearningRate, p.RL.Update.Beta, p.RL.Update.Epsilon, p.RL.Lambda,
+		res.SFTSeconds, res.Seconds)
+	b.WriteString("Avg.L and Avg.r are measured on held-out ground-truth players (the referee) and, in the\n" +
+		"UA columns, on the learned user agent with α = 1, over the same held-out openings, L = " +
+		strconv.Itoa(p.EvalDepth) + ". PPL is on the held-out players' reference NPC turns.\n\n")
+	metrics := []struct {
+		head string
+		prec int
+		get  func(Row) float64
+	}{
+		{"PPL", 2, func(r Row) float64 { return r.PPL }},
+		{"Dist-1", 3, func(r Row) float64 { return r.Dist1 }},
+		{"Dist-2", 3, func(r Row) float64 { return r.Dist2 }},
+		{"Avg.r", 3, func(r Row) float64 { return r.AvgR }},
+		{"Avg.L", 2, func(r Row) float64 { return r.AvgL }},
+		{"UA Avg.r", 3, func(r Row) float64 { return r.UAAvgR }},
+		{"UA Avg.L", 2, func(r Row) float64 { return r.UAAvgL }},
+	}
+	table := func(title string, rows []string) {
+		fmt.Fprintf(&b, "## %s\n\n| method |", title)
+		for _, m := range metrics {
+			fmt.Fprintf(&b, " %s |", m.head)
+		}
+		b.WriteString("\n| --- |")
+		for range metrics {
+			b.WriteString(" --- |")
+		}
+		b.WriteString("\n")
+		for _, name := range rows {
+			fmt.Fprintf(&b, "| %s |", name)
+			for _, m := range metrics {
+				fmt.Fprintf(&b, " %s |", pm(byVariant(res, name, m.get), m.prec))
+			}
+			b.WriteString("\n")
+		}
+		b.WriteString("\n")
+	}
+	table("Table 3 analogue: main results", tableRows(res.Variants, "main"))
+	if p.Ablations {
+		table("Table 5 analogue: ablations of AT-GRPO", tableRows(res.Variants, "ablation"))
+	}
+	b.WriteString("## Table 6 analogue: cost\n\n")
+	b.WriteString("| method | s/step | × GRPO | peak Go heap (MiB) | nodes/tree measured | S + W·L (paper's bound) | exact, no terminations |\n")
+	b.WriteString("| --- | --- | --- | --- | --- | --- | --- |\n")
+	grpo, _ := rl.MeanStd(byVariant(res, "GRPO", func(r Row) float64 { return r.SecPerStep }))
+	for _, v := range res.Variants {
+		if v.Config == nil {
+			continue
+		}
+		secs := byVariant(res, v.Name, func(r Row) float64 { return r.SecPerStep })
+		m, _ := rl.MeanStd(secs)
+		ratio := "–"
+		if grpo > 0 {
+			ratio = fmt.Sprintf("%.2f", m/grpo)
+		}
+		c := v.Config.Tree
+		bound := strconv.Itoa(c.Budget() + c.W*c.Depth)
+		if c.Shape == rl.ShapeFull {
+			bound = "–"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %d |\n", v.Name, pm(secs, 1), ratio,
+			pm(byVariant(res, v.Name, func(r Row) float64 { return r.PeakHeapMB }), 0),
+			pm(byVariant(res, v.Name, func(r Row) float64 { return r.NodesPerTree }), 1),
+			bound, c.NodesWithoutTerminations())
+	}
+	b.WriteString("\nS = Σ_i W·Σ_{t=1}^{l_i} w^t counts a full expansion for every group node; the exact count\n" +
+		"reuses the chosen node's w children and their subtrees at the next depth (see rl.TreeConfig.NodesWithoutTerminations).\n" +
+		"TreeRPO's full tree has W + W² + … + W^L nodes. Paper: AT-GRPO/GRPO = 39.4 s / 24.2 s = 1.63, TreeRPO/GRPO = 6.0.\n\n")
+	fmt.Fprintf(&b, "## Figure 5 analogue\n\n![Avg.r over steps](%s)\n\n![Avg.L over steps](%s)\n\n", FigureAvgR, FigureAvgL)
+	b.WriteString("Curves are the mean over seeds, evaluated on held-out openings with the user agent at α = 1.\n")
+	return b.String()
+}
+
+// meanCurve averages a variant's curves over seeds, point by point.
+func meanCurve(res *Results, name string, get func(CurvePoint) float64) plotter.XYs {
+	var sum []float64
+	var steps []int
+	n := 0
+	for _, r := range res.Rows {
+		if r.Variant != name || len(r.Curve) == 0 {
+			continue
+		}
+		if sum == nil {
+			sum = make([]float64, len(r.Curve))
+			for _, p := range r.Curve {
+				steps = append(steps, p.Step)
+			}
+		}
+		for i := range min(len(sum), len(r.Curve)) {
+			sum[i] += get(r.Curve[i])
+		}
+		n++
+	}
+	xys := make(plotter.XYs, len(sum))
+	for i := range sum {
+		xys[i].X, xys[i].Y = float64(steps[i]), sum[i]/float64(n)
+	}
+	return xys
+}
+
+func writeFigure(path string, res *Results, label string, get func(CurvePoint) float64) error {
+	pl := plot.New()
+	pl.Title.Text = "Figure 5 analogue: " + label
+	pl.X.Label.Text = "RL step"
+	pl.Y.Label.Text = label
+	var lines []any
+	for _, v := range res.Variants {
+		if v.Table != "main" || v.Config == nil {
+			continue
+		}
+		xys := meanCurve(res, v.Name, get)
+		if len(xys) == 0 {
+			continue
+		}
+		for _, p := range xys {
+			if math.IsNaN(p.Y) {
+				return fmt.Errorf("figure %s: %s has NaN points", path, v.Name)
+			}
+		}
+		lines = append(lines, v.Name, xys)
+	}
+	if err := plotutil.AddLinePoints(pl, lines...); err != nil {
+		return fmt.Errorf("figure %s: %w", path, err)
+	}
+	pl.Legend.Top = true
+	if err := pl.Save(7*vg.Inch, 4*vg.Inch, path); err != nil {
+		return fmt.Errorf("figure %s: %w", path, err)
+	}
+	return nil
+}
