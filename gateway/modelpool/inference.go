@@ -1,0 +1,52 @@
+package modelpool
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/parleyhq/parley/inference"
+)
+
+// InferenceFactory builds inference.Engines: Load reads a version with
+// inference.LoadCheckpoint, which verifies the sha256 of every file and
+// refuses a mismatch (inference.ErrChecksum), and starts the engine's
+// batching loop; Warmup decodes warmupTokens greedily after a one-line chat
+// prompt, so that the first player does not pay for graph compilation;
+// Close stops the engine.
+func InferenceFactory(backend inference.BackendConfig, engine inference.EngineConfig, warmupTokens int, log *slog.Logger) Factory[*inference.Engine] {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return Factory[*inference.Engine]{
+		Load: func(ctx context.Context, version, dir string) (*inference.Engine, error) {
+			m, tok, _, err := inference.LoadCheckpoint(dir, backend)
+			if err != nil {
+				return nil, err
+			}
+			e, err := inference.NewEngine(m, tok, engine, log.With("version", version))
+			if err != nil {
+				return nil, fmt.Errorf("new engine for %s: %w", version, err)
+			}
+			go func() {
+				if err := e.Run(context.Background()); err != nil {
+					log.Error("engine stopped", "version", version, "err", err)
+				}
+			}()
+			return e, nil
+		},
+		Warmup: func(ctx context.Context, e *inference.Engine) error {
+			prompt, err := e.Tokenizer().EncodeChat([]inference.Message{{Role: inference.RoleUser, Text: "Hello!"}}, true)
+			if err != nil {
+				return err
+			}
+			s, err := e.Generate(ctx, inference.Request{Prompt: prompt, MaxTokens: warmupTokens, Stop: []int{}})
+			if err != nil {
+				return err
+			}
+			_, err = s.Wait()
+			return err
+		},
+		Close: func(e *inference.Engine) error { return e.Close() },
+	}
+}
