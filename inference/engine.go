@@ -473,7 +473,7 @@ func (e *Engine) accept(s *slot, id int) bool {
 	case len(s.out) >= s.job.req.MaxTokens:
 		e.finish(s, FinishLength, nil)
 		return true
-	case s.pos >= e.maxSeq:
+	case s.pos+1 >= e.maxSeq: // prompt plus output fill the context
 		e.finish(s, FinishLength, nil)
 		return true
 	}

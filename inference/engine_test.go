@@ -304,3 +304,26 @@ func TestEngineConcurrentClients(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+func TestEngineStopsAtContextLength(t *testing.T) {
+	m, tok := tinyChatModel(t, 64)
+	e := startEngine(t, m, tok, DefaultEngineConfig())
+	prompt := make([]int, 62)
+	for i := range prompt {
+		prompt[i] = 10 + i
+	}
+	s, err := e.Generate(context.Background(), greedy(prompt, 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.FinishReason != FinishLength || len(res.Tokens) != 2 {
+		t.Errorf("62-token prompt in a 64-token context: %d tokens (%s); want 2 (length)", len(res.Tokens), res.FinishReason)
+	}
+	if _, err := e.Generate(context.Background(), greedy(make([]int, 64), 1)); !errors.Is(err, ErrTooLong) {
+		t.Errorf("64-token prompt: %v; want ErrTooLong", err)
+	}
+}

@@ -564,3 +564,14 @@ func (m *Model) SequenceLogProbs(seqs [][]int) ([][]float32, error) {
 	}
 	return res, nil
 }
+
+// Clone returns an independent copy of the model (same architecture, copied
+// weights, a backend of the same configuration), e.g. to keep serving a
+// snapshot while a Trainer updates the original.
+func (m *Model) Clone() (*Model, error) {
+	vals, _, err := m.Weights()
+	if err != nil {
+		return nil, fmt.Errorf("clone model: %w", err)
+	}
+	return newModelWithWeights(m.cfg, m.bcfg, vals)
+}

@@ -212,3 +212,32 @@ func TestCustomLossWithFrozenReference(t *testing.T) {
 		t.Errorf("first loss = %g; want the NLL %g (the KL term is 0 at the start)", first, nll)
 	}
 }
+
+func TestModelCloneIsIndependent(t *testing.T) {
+	m := newTinyModel(t, 5)
+	c, err := m.Clone()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq := [][]int{repeatedText(20)}
+	want, err := m.LastLogits(seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := NewTrainer(m, DefaultTrainConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		if _, err := tr.Step(Batch{Tokens: seq}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := c.LastLogits(seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := maxAbsDiff(got[0], want[0]); d != 0 {
+		t.Errorf("clone's logits moved by %g while the original trained; want unchanged", d)
+	}
+}
