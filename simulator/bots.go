@@ -40,11 +40,12 @@ type BotsConfig struct {
 	LeaveIdle bool `json:"leave_idle"`
 	// MaxRetries bounds the retries of one request answered 429 or 503;
 	// without Retry-After the wait is RetryBase·2^attempt, at most MaxRetryWait.
-	MaxRetries     int              `json:"max_retries"`
-	RetryBase      time.Duration    `json:"retry_base"`
-	MaxRetryWait   time.Duration    `json:"max_retry_wait"`
-	RequestTimeout time.Duration    `json:"request_timeout"`
-	Population     PopulationConfig `json:"population"`
+	MaxRetries     int           `json:"max_retries"`
+	RetryBase      time.Duration `json:"retry_base"`
+	MaxRetryWait   time.Duration `json:"max_retry_wait"`
+	RequestTimeout time.Duration `json:"request_timeout"`
+	// Population draws the players; its Size is replaced by Players.
+	Population PopulationConfig `json:"population"`
 	// Client, when set, sends the requests (tests, custom transports).
 	Client *http.Client `json:"-"`
 }

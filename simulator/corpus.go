@@ -36,9 +36,10 @@ type CorpusConfig struct {
 	PolicyVersion  string          `json:"policy_version"`
 	// Epoch is the start of the first session; sessions start SessionGap apart
 	// and exchanges take TurnGap each.
-	Epoch      time.Time        `json:"epoch"`
-	SessionGap time.Duration    `json:"session_gap"`
-	TurnGap    time.Duration    `json:"turn_gap"`
+	Epoch      time.Time     `json:"epoch"`
+	SessionGap time.Duration `json:"session_gap"`
+	TurnGap    time.Duration `json:"turn_gap"`
+	// Population draws the players; its Size is replaced by Players.
 	Population PopulationConfig `json:"population"`
 	Script     ScriptConfig     `json:"script"`
 }
