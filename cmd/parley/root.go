@@ -50,7 +50,7 @@ upper case with dashes as underscores (--data-dir → PARLEY_DATA_DIR). Flags wi
 		notBuilt("train", "Train agents: SFT of the NPC policy or the user agent from a corpus", 6),
 		notBuilt("experiment", "Reproduce the paper's tables: SFT, GRPO, GSPO, TreeRPO and AT-GRPO side by side", 7),
 		notBuilt("bench", "Benchmarks of the inference engine, the gateway and rollout; writes JSON", 3),
-		notBuilt("corpus", "Generate a bootstrap corpus or import DailyDialog / JSONL dialogues", 5),
+		newCorpusCmd(),
 		newVersionCmd(),
 	)
 	return root
