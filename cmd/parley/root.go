@@ -46,7 +46,7 @@ upper case with dashes as underscores (--data-dir → PARLEY_DATA_DIR). Flags wi
 		notBuilt("gateway", "Run the chat API gateway that game clients call", 4),
 		notBuilt("learner", "Run the learner: session consumer, user-agent refresh and AT-GRPO cycles", 6),
 		notBuilt("ctl", "Live-ops control: API keys, rollout status, canary, promote, rollback, reports", 8),
-		notBuilt("bots", "Play ground-truth player personas against a running gateway over HTTP", 5),
+		newBotsCmd(&g),
 		notBuilt("train", "Train agents: SFT of the NPC policy or the user agent from a corpus", 6),
 		notBuilt("experiment", "Reproduce the paper's tables: SFT, GRPO, GSPO, TreeRPO and AT-GRPO side by side", 7),
 		notBuilt("bench", "Benchmarks of the inference engine, the gateway and rollout; writes JSON", 3),
