@@ -58,9 +58,14 @@ type Logger struct {
 	pubMu  sync.RWMutex // held shared by Publish, exclusively by Close
 	closed bool
 
-	drainMu sync.Mutex // held by whoever drains: Run, or Close's flush
-	failing bool       // the last write failed; guarded by drainMu
+	drainMu  sync.Mutex // held by whoever drains: Run, or Close's flush
+	failing  bool       // the last write failed; guarded by drainMu
+	lastWarn time.Time  // of the last failed-write warning; guarded by drainMu
 }
+
+// failureWarnEvery is how often a write that keeps failing is logged at
+// Warn; attempts in between log at Debug.
+const failureWarnEvery = 30 * time.Second
 
 // New opens (or creates) the spool in cfg.SpoolDir, recovering what a
 // previous process left there, and prepares the Kafka writer. Nothing is
@@ -304,10 +309,10 @@ func (l *Logger) deliver(ctx context.Context, b batch) error {
 			pending = failed
 		}
 		events, bytes := l.spool.backlog()
-		if !l.failing {
-			l.failing = true
+		if !l.failing || time.Since(l.lastWarn) >= failureWarnEvery {
+			l.failing, l.lastWarn = true, time.Now()
 			l.log.Warn("kafka write failed; events wait in the spool and are retried",
-				"err", err, "backlog_events", events, "backlog_bytes", bytes)
+				"err", err, "attempt", attempt+1, "backlog_events", events, "backlog_bytes", bytes)
 		} else {
 			l.log.Debug("kafka write failed again", "err", err, "attempt", attempt+1, "backlog_events", events)
 		}

@@ -156,10 +156,18 @@ func TestBrokerDownSpoolsThenDelivers(t *testing.T) {
 		t.Fatalf("Backlog() after failed writes = %d events; want %d", events, len(during))
 	}
 
+	restarted := time.Now()
 	k.Start()
 	h.waitDrained(t)
 	all := append(append([]schema.SessionEvent(nil), before...), during...)
-	checkDelivered(t, readTopic(t, k.Addrs, topic), all)
+	got := readTopic(t, k.Addrs, topic)
+	checkDelivered(t, got, all)
+	for _, m := range got {
+		if !m.Time.Before(restarted) {
+			t.Errorf("record %d/%d timestamp %s is not before the broker came back at %s; want the publish time",
+				m.Partition, m.Offset, m.Time, restarted)
+		}
+	}
 	if !strings.Contains(h.logs.String(), "kafka writes succeed again") {
 		t.Errorf("logs do not report the recovery:\n%s", h.logs)
 	}

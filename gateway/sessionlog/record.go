@@ -41,8 +41,10 @@ type record struct {
 	headers  []kafka.Header
 }
 
+// message is the Kafka message for r, timestamped when Publish accepted it
+// rather than when a late delivery happens to write it.
 func (r record) message() kafka.Message {
-	return kafka.Message{Key: r.key, Value: r.value, Headers: r.headers}
+	return kafka.Message{Key: r.key, Value: r.value, Headers: r.headers, Time: r.appended}
 }
 
 // appendRecord appends r's encoding, header included, to dst.
