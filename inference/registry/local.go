@@ -135,6 +135,10 @@ func (l *Local) Fetch(ctx context.Context, model, version, dst string) (schema.M
 	if err := copyVerified(ctx, l.Dir(model, version), dst, m); err != nil {
 		return schema.Manifest{}, fmt.Errorf("fetch %s/%s: %w", model, version, err)
 	}
+	if err := copyManifest(l.Dir(model, version), dst); err != nil {
+		os.RemoveAll(dst)
+		return schema.Manifest{}, fmt.Errorf("fetch %s/%s: %w", model, version, err)
+	}
 	return m, nil
 }
 
@@ -191,6 +195,16 @@ func (l *Local) Publish(ctx context.Context, model, version, srcDir string) (sch
 		return fail(err)
 	}
 	return m, nil
+}
+
+// copyManifest copies manifest.json byte for byte, so that a loader of the
+// fetched copy (inference.LoadCheckpoint) verifies it again.
+func copyManifest(src, dst string) error {
+	raw, err := os.ReadFile(filepath.Join(src, ManifestFile))
+	if err != nil {
+		return err
+	}
+	return writeFileSync(filepath.Join(dst, ManifestFile), raw)
 }
 
 func readManifest(dir string) (schema.Manifest, error) {

@@ -39,7 +39,8 @@ type Store interface {
 	List(ctx context.Context, model string) ([]schema.Manifest, error)
 	// Manifest returns the manifest of one version, or ErrNotFound.
 	Manifest(ctx context.Context, model, version string) (schema.Manifest, error)
-	// Fetch copies a version into dst (which must not exist), verifying the
+	// Fetch copies a version, manifest.json included, into dst (which must
+	// not exist), verifying the
 	// sha256 of every file; on a mismatch it removes dst and returns an
 	// error wrapping ErrChecksum.
 	Fetch(ctx context.Context, model, version, dst string) (schema.Manifest, error)

@@ -108,6 +108,9 @@ func TestPublishListFetch(t *testing.T) {
 	if _, err := s.Fetch(ctx, "npc", "v1", dst); err != nil {
 		t.Fatalf("Fetch: %v", err)
 	}
+	if m, err := readManifest(dst); err != nil || m.Version != "v1" {
+		t.Errorf("fetched manifest = %+v, %v; want version v1", m, err)
+	}
 	for name, want := range testFiles("1") {
 		b, err := os.ReadFile(filepath.Join(dst, name))
 		if err != nil || string(b) != want {
