@@ -1,8 +1,6 @@
 package main
 
 import (
-	"io"
-
 	"github.com/spf13/cobra"
 
 	"github.com/parleyhq/parley/simulator"
@@ -33,11 +31,7 @@ end reasons and errors. With --out the summary is also written as JSON.`,
 			if err := sum.WriteTable(cmd.OutOrStdout()); err != nil {
 				return err
 			}
-			if out == "" {
-				return nil
-			}
-			_, err = writeFileWith(out, func(w io.Writer) (any, error) { return nil, printJSON(w, sum) })
-			return err
+			return writeJSONFile(out, sum)
 		},
 	}
 	f := cmd.Flags()

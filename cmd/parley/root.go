@@ -49,7 +49,7 @@ upper case with dashes as underscores (--data-dir → PARLEY_DATA_DIR). Flags wi
 		newBotsCmd(&g),
 		notBuilt("train", "Train agents: SFT of the NPC policy or the user agent from a corpus", 6),
 		notBuilt("experiment", "Reproduce the paper's tables: SFT, GRPO, GSPO, TreeRPO and AT-GRPO side by side", 7),
-		notBuilt("bench", "Benchmarks of the inference engine, the gateway and rollout; writes JSON", 3),
+		newBenchCmd(),
 		newCorpusCmd(),
 		newVersionCmd(),
 	)
