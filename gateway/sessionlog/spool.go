@@ -23,7 +23,8 @@ import (
 //
 // Files in the directory: NNNNNNNNNNNNNNNNNNNN.seg (segments), cursor (how
 // far the oldest segment is delivered; a hint that only saves duplicates),
-// LOCK (held with flock while a Logger uses the directory).
+// LOCK (held with flock while a Logger uses the directory), and
+// NNN.seg.tail-OFFSET (bytes cut from a damaged segment, kept for inspection).
 type spool struct {
 	dir          string
 	segmentBytes int64
@@ -214,8 +215,10 @@ func (s *spool) checkSegment(path string) (starts []int64, size, truncated int64
 			return starts, off, 0, nil
 		}
 		if err != nil {
+			saved, saveErr := saveTail(f, path, off)
 			s.log.Warn("spool segment has a torn or corrupt tail (a crash while writing); truncating it",
-				"segment", path, "offset", off, "dropped_bytes", st.Size()-off, "reason", err)
+				"segment", path, "offset", off, "dropped_bytes", st.Size()-off, "reason", err,
+				"saved_to", saved, "save_err", saveErr)
 			if err := f.Truncate(off); err != nil {
 				return nil, 0, 0, fmt.Errorf("truncate spool segment %q at %d: %w", path, off, err)
 			}
@@ -227,6 +230,29 @@ func (s *spool) checkSegment(path string) (starts []int64, size, truncated int64
 		starts = append(starts, off)
 		off += int64(n)
 	}
+}
+
+// saveTail copies the segment from off to its end into a file beside it
+// (not a segment, so never read back), for an operator to inspect: after a
+// crash it is a torn record, but after disk corruption it may hold intact
+// events behind the damaged one.
+func saveTail(f *os.File, path string, off int64) (string, error) {
+	dst := fmt.Sprintf("%s.tail-%d", path, off)
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o640)
+	if err != nil {
+		return "", fmt.Errorf("save spool tail %q: %w", dst, err)
+	}
+	_, err = io.Copy(out, io.NewSectionReader(f, off, 1<<62))
+	if err == nil {
+		err = out.Sync()
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", fmt.Errorf("save spool tail %q: %w", dst, err)
+	}
+	return dst, nil
 }
 
 // startSegment creates segment id with its magic, fsync'd, and makes it the

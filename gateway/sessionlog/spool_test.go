@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -139,6 +140,10 @@ func TestCorruptTailIsTruncated(t *testing.T) {
 			if !strings.Contains(second.logs.String(), "truncating") {
 				t.Errorf("recovery did not log the truncation:\n%s", second.logs)
 			}
+			tail, err := os.ReadFile(fmt.Sprintf("%s.tail-%d", path, wantSize))
+			if err != nil || int64(len(tail)) != wantCut {
+				t.Errorf("saved tail = %d bytes, %v; want the %d bytes cut", len(tail), err, wantCut)
+			}
 			b, err := second.spool.readBatch(100, 1<<20)
 			if err != nil {
 				t.Fatal(err)
@@ -150,6 +155,13 @@ func TestCorruptTailIsTruncated(t *testing.T) {
 				if !bytes.Contains(r.value, []byte(evs[i].EventID)) {
 					t.Errorf("record %d = %s; want event %s", i, r.value, evs[i].EventID)
 				}
+			}
+			if err := second.Close(); err != nil {
+				t.Fatal(err)
+			}
+			third := newHarness(t, cfg)
+			if events, _ := third.Backlog(); events != tt.wantEvents || strings.Contains(third.logs.String(), "truncating") {
+				t.Errorf("reopened after recovery: Backlog() = %d events, logs %q; want %d events and no truncation", events, third.logs, tt.wantEvents)
 			}
 		})
 	}
