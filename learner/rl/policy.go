@@ -94,16 +94,20 @@ func NewModelPolicy(gen Generator, tok *inference.Tokenizer, maxSeq int, cfg Pol
 	return &ModelPolicy{gen: gen, tok: tok, cfg: cfg, maxSeq: maxSeq, end: end, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed))}, nil
 }
 
-// Encode renders st into prompt token ids that leave room for a turn.
-func (p *ModelPolicy) Encode(st State) []int {
+// Encode renders st with the chat template (player text stays ordinary
+// text) into prompt token ids that leave room for a turn.
+func (p *ModelPolicy) Encode(st State) ([]int, error) {
 	budget := p.maxSeq - p.cfg.Sampling.MaxTokens - 1
 	for {
-		ids := p.tok.Encode(inference.RenderChat(Messages(st), true))
+		ids, err := p.tok.EncodeChat(Messages(st), true)
+		if err != nil {
+			return nil, fmt.Errorf("encode state of %q: %w", st.Prompt.ID, err)
+		}
 		if len(ids) <= budget {
-			return ids
+			return ids, nil
 		}
 		if len(st.History) == 0 {
-			return ids[len(ids)-budget:]
+			return ids[len(ids)-budget:], nil
 		}
 		st.History = st.History[1:]
 	}
@@ -133,7 +137,12 @@ func (p *ModelPolicy) GenerateBatch(ctx context.Context, states []State) ([]Gene
 	var wg sync.WaitGroup
 	for i, st := range states {
 		req := p.cfg.Sampling
-		req.Prompt = p.Encode(st)
+		prompt, err := p.Encode(st)
+		if err != nil {
+			wg.Wait()
+			return nil, err
+		}
+		req.Prompt = prompt
 		req.Stop = []int{p.end}
 		p.mu.Lock()
 		req.Seed = p.rng.Uint64() | 1

@@ -1,13 +1,11 @@
 package experiment
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
-	"time"
 
 	"github.com/parleyhq/parley/inference"
+	"github.com/parleyhq/parley/learner"
 	"github.com/parleyhq/parley/learner/rl"
 	"github.com/parleyhq/parley/simulator"
 )
@@ -58,7 +56,8 @@ func newCorpus(p Profile) (*corpus, error) {
 				return nil, fmt.Errorf("bootstrap corpus: %w", err)
 			}
 			d := simulator.Play(pl.Start(uint64(1_000_000+i*100+k)), npc, p.MaxTurns)
-			d.SessionID, d.PlayerID = fmt.Sprintf("boot-%d-%d", i, k), pl.ID
+			d.SessionID, d.PlayerID, d.NPCID = fmt.Sprintf("boot-%d-%d", i, k), pl.ID, "bootstrap-npc"
+			d.Deployment, d.PolicyVersion = "experiment", "scripted"
 			c.byPlayer[pl.ID] = append(c.byPlayer[pl.ID], d)
 			if pl.HeldOut {
 				c.heldOut = append(c.heldOut, d)
@@ -72,18 +71,6 @@ func newCorpus(p Profile) (*corpus, error) {
 	}
 	c.risks = simulator.EmpiricalRisks(c.train, p.MaxTurns)
 	return c, nil
-}
-
-func (c *corpus) texts() []string {
-	var out []string
-	for _, ds := range c.byPlayer {
-		for _, d := range ds {
-			for _, x := range d.Exchanges {
-				out = append(out, x.User, x.NPC)
-			}
-		}
-	}
-	return out
 }
 
 // demos returns two of the player's bootstrap dialogues other than skip,
@@ -104,7 +91,7 @@ func (c *corpus) demos(playerID string, skip int) []simulator.PromptDialogue {
 
 // prompts opens n fresh conversations, cycling over the personas with the
 // held-out flag heldOut, each with two style demos of the player.
-func (c *corpus) prompts(heldOut bool, n int, seedBase uint64) []rl.Prompt {
+func (c *corpus) prompts(heldOut bool, n int, seedBase uint64, system string) []rl.Prompt {
 	var players []*simulator.Persona
 	for _, p := range c.pop.Players() {
 		if p.HeldOut == heldOut {
@@ -114,30 +101,43 @@ func (c *corpus) prompts(heldOut bool, n int, seedBase uint64) []rl.Prompt {
 	out := make([]rl.Prompt, 0, n)
 	for i := range n {
 		p := players[i%len(players)]
-		pr := rl.PlayerPrompt(p, seedBase+uint64(i), "")
+		pr := rl.PlayerPrompt(p, seedBase+uint64(i), system)
 		pr.Demos = c.demos(p.ID, -1)
 		out = append(out, pr)
 	}
 	return out
 }
 
-// npcInstances renders dialogues as the NPC's chat with loss weights on
-// the NPC's turns only (text and closing end token), cut to maxSeq+1.
-func npcInstances(tok *inference.Tokenizer, ds []simulator.Dialogue, maxSeq int) ([][]int, [][]float32) {
+// npcInstances renders dialogues the way learner.TrainSFT trains the NPC:
+// its card as the system turn, then the user and NPC turns, with loss
+// weights on each NPC turn's text and closing end token; cut to maxSeq+1.
+func npcInstances(tok *inference.Tokenizer, card string, ds []simulator.Dialogue, maxSeq int) ([][]int, [][]float32, error) {
 	var seqs [][]int
 	var ws [][]float32
 	for _, d := range ds {
 		var ids []int
 		var w []float32
-		add := func(text string, weight float32) {
-			for _, id := range tok.Encode(text) {
-				ids = append(ids, id)
-				w = append(w, weight)
+		add := func(role, text string, loss bool) error {
+			piece, err := tok.EncodeChat([]inference.Message{{Role: role, Text: text}}, false)
+			if err != nil {
+				return err
 			}
+			for k, id := range piece {
+				ids = append(ids, id)
+				w = append(w, map[bool]float32{true: 1, false: 0}[loss && k > 0])
+			}
+			return nil
+		}
+		if err := add(inference.RoleSystem, card, false); err != nil {
+			return nil, nil, err
 		}
 		for _, x := range d.Exchanges {
-			add(inference.TokUser+x.User+inference.TokEnd+inference.TokNPC, 0)
-			add(x.NPC+inference.TokEnd, 1)
+			if err := add(inference.RoleUser, x.User, false); err != nil {
+				return nil, nil, err
+			}
+			if err := add(inference.RoleNPC, x.NPC, true); err != nil {
+				return nil, nil, err
+			}
 		}
 		if len(ids) > maxSeq+1 {
 			ids, w = ids[:maxSeq+1], w[:maxSeq+1]
@@ -145,66 +145,24 @@ func npcInstances(tok *inference.Tokenizer, ds []simulator.Dialogue, maxSeq int)
 		seqs = append(seqs, ids)
 		ws = append(ws, w)
 	}
-	return seqs, ws
-}
-
-// userAgentInstances builds the user agent's SFT instances: two demos of
-// the same player, then the target dialogue, loss on the target's user
-// turns; instances too long keep their end.
-func userAgentInstances(tok *inference.Tokenizer, uac simulator.UserAgentConfig, c *corpus, maxSeq int) ([][]int, [][]float32, error) {
-	var seqs [][]int
-	var ws [][]float32
-	for _, pl := range c.pop.Players() {
-		if pl.HeldOut {
-			continue
-		}
-		for k, d := range c.byPlayer[pl.ID] {
-			ids, w, err := uac.EncodeUserAgentTraining(tok, c.demos(pl.ID, k), simulator.PromptDialogueOf(d, c.risks))
-			if err != nil {
-				return nil, nil, err
-			}
-			if over := len(ids) - (maxSeq + 1); over > 0 {
-				ids, w = ids[over:], w[over:]
-			}
-			seqs = append(seqs, ids)
-			ws = append(ws, w)
-		}
-	}
 	return seqs, ws, nil
 }
 
-// sft trains a fresh model on weighted sequences.
-func sft(ctx context.Context, name string, mc inference.ModelConfig, p Profile, seqs [][]int, ws [][]float32, seed int64, logger *slog.Logger) (*inference.Model, error) {
-	m, err := inference.NewModel(mc, inference.DefaultBackendConfig(), seed)
-	if err != nil {
-		return nil, fmt.Errorf("sft %s: %w", name, err)
-	}
-	tc := inference.DefaultTrainConfig()
-	tc.LearningRate = p.SFTLR
-	tc.WarmupSteps = p.SFTSteps / 10 // the paper's 10 % warm-up
-	tr, err := inference.NewTrainer(m, tc)
-	if err != nil {
-		return nil, fmt.Errorf("sft %s: %w", name, err)
-	}
-	rng := rand.New(rand.NewPCG(uint64(seed), 0x5f7))
-	start := time.Now()
-	for step := range p.SFTSteps {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		var b inference.Batch
-		for range p.SFTBatch {
-			i := rng.IntN(len(seqs))
-			b.Tokens = append(b.Tokens, seqs[i])
-			b.Weights = append(b.Weights, ws[i])
-		}
-		loss, err := tr.Step(b)
-		if err != nil {
-			return nil, fmt.Errorf("sft %s step %d: %w", name, step, err)
-		}
-		if step%50 == 0 || step == p.SFTSteps-1 {
-			logger.Info("sft", "model", name, "step", step, "loss", loss, "elapsed", time.Since(start).Round(time.Second))
-		}
-	}
-	return m, nil
+// sftConfig is learner.TrainSFT's configuration for one agent of p.
+func sftConfig(p Profile, role learner.Role, dataDir string, maxSeq int) learner.SFTConfig {
+	c := learner.DefaultSFTConfig(role)
+	c.DataDir = dataDir
+	c.Arch = p.Model
+	c.Arch.MaxSeq = maxSeq
+	c.VocabSize = p.VocabSize
+	c.Train.LearningRate = p.SFTLR
+	c.Steps, c.BatchSize = p.SFTSteps, p.SFTBatch
+	c.CheckpointEvery = max(p.SFTSteps, 1)
+	c.MaxTurns = p.MaxTurns
+	c.UserAgent.Lambda = p.RL.Lambda
+	c.UserAgent.Sampling.MaxTokens = p.UserAgentTokens
+	c.SkipEvalBefore = true
+	c.Eval = learner.EvalConfig{MaxDialogues: p.EvalPrompts, MaxReplies: 32, ReplyTokens: p.Policy.Sampling.MaxTokens,
+		MaxTurns: p.MaxTurns, ScoreBatch: 8, Seed: 1}
+	return c
 }

@@ -90,12 +90,22 @@ type Row struct {
 	Curve        []CurvePoint `json:"curve"`
 }
 
+// Bootstrap is what the SFT start looks like on held-out players
+// (learner.TrainSFT's evaluation of each agent after training).
+type Bootstrap struct {
+	NPC           learner.Metrics `json:"npc"`
+	UserAgent     learner.Metrics `json:"user_agent"`
+	NPCLoss       float64         `json:"npc_loss"`
+	UserAgentLoss float64         `json:"user_agent_loss"`
+}
+
 // Results is everything Run measured.
 type Results struct {
 	Profile  Profile   `json:"profile"`
 	Seeds    int       `json:"seeds"`
 	Variants []Variant `json:"variants"`
-	Rows     []Row     `json:"rows"`
+	Rows      []Row     `json:"rows"`
+	Bootstrap Bootstrap `json:"bootstrap"`
 	// SFTSeconds is the bootstrap's time (corpus, tokenizer, both SFTs).
 	SFTSeconds float64 `json:"sft_seconds"`
 	Seconds    float64 `json:"seconds"`
@@ -139,12 +149,12 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) (*Results, error)
 	if err := os.MkdirAll(cfg.OutDir, 0o755); err != nil {
 		return nil, fmt.Errorf("experiment: %w", err)
 	}
-	e, stopUA, err := bootstrap(ctx, prof, cfg.OutDir, logger)
+	e, boot, stopUA, err := bootstrap(ctx, prof, cfg.OutDir, logger)
 	if err != nil {
 		return nil, err
 	}
 	defer stopUA()
-	res := &Results{Profile: prof, Seeds: cfg.Seeds, Variants: Variants(prof), SFTSeconds: time.Since(start).Seconds()}
+	res := &Results{Profile: prof, Seeds: cfg.Seeds, Variants: Variants(prof), Bootstrap: *boot, SFTSeconds: time.Since(start).Seconds()}
 	for _, v := range res.Variants {
 		for seed := 1; seed <= cfg.Seeds; seed++ {
 			row, err := e.run(ctx, v, seed)
@@ -190,65 +200,69 @@ func startEngine(m *inference.Model, tok *inference.Tokenizer, logger *slog.Logg
 	}, nil
 }
 
-// bootstrap builds the corpus, the tokenizer, the SFT dialogue agent (saved
-// as a checkpoint every variant starts from) and the user agent.
-func bootstrap(ctx context.Context, prof Profile, out string, logger *slog.Logger) (*env, func(), error) {
+// bootstrap builds the corpus, trains the dialogue agent and the user
+// agent with learner.TrainSFT on the non-held-out players (the dialogue
+// agent is saved as the checkpoint every variant starts from) and serves
+// the user agent.
+func bootstrap(ctx context.Context, prof Profile, out string, logger *slog.Logger) (*env, *Bootstrap, func(), error) {
 	c, err := newCorpus(prof)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	logger.Info("bootstrap corpus", "train", len(c.train), "held_out", len(c.heldOut))
-	tok, err := inference.TrainTokenizer(c.texts(), prof.VocabSize)
+	runs := filepath.Join(out, "sft")
+	if err := os.RemoveAll(runs); err != nil {
+		return nil, nil, nil, fmt.Errorf("bootstrap: %w", err)
+	}
+	npcCfg := sftConfig(prof, learner.RoleNPC, runs, prof.Model.MaxSeq)
+	npc, err := learner.TrainSFT(ctx, npcCfg, c.train, logger)
 	if err != nil {
-		return nil, nil, fmt.Errorf("bootstrap tokenizer: %w", err)
+		return nil, nil, nil, fmt.Errorf("bootstrap dialogue agent: %w", err)
 	}
-	mc := prof.Model
-	mc.VocabSize = tok.VocabSize()
-	seqs, ws := npcInstances(tok, c.train, mc.MaxSeq)
-	npc, err := sft(ctx, "dialogue agent", mc, prof, seqs, ws, 1, logger)
+	uaCfg := sftConfig(prof, learner.RoleUser, runs, prof.UserAgentMaxSeq)
+	uaRes, err := learner.TrainSFT(ctx, uaCfg, c.train, logger)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, fmt.Errorf("bootstrap user agent: %w", err)
 	}
-	uac := simulator.DefaultUserAgentConfig()
-	uac.Lambda = prof.RL.Lambda
-	uac.Sampling.MaxTokens = prof.UserAgentTokens
-	useqs, uws, err := userAgentInstances(tok, uac, c, mc.MaxSeq)
+	boot := &Bootstrap{NPC: npc.After, UserAgent: uaRes.After, NPCLoss: lastLoss(npc.Losses), UserAgentLoss: lastLoss(uaRes.Losses)}
+	npcDir := filepath.Join(out, "models", "npc-sft")
+	if err := os.RemoveAll(npcDir); err != nil {
+		return nil, nil, nil, fmt.Errorf("bootstrap: %w", err)
+	}
+	man := schema.Manifest{Model: "npc", Version: "sft", Algorithm: "sft", CreatedAt: time.Now().UTC()}
+	if err := inference.SaveCheckpoint(npcDir, npc.TrainedModel, npc.Tokenizer, man); err != nil {
+		return nil, nil, nil, fmt.Errorf("bootstrap: %w", err)
+	}
+	uaEng, stop, err := startEngine(uaRes.TrainedModel, uaRes.Tokenizer, logger)
 	if err != nil {
-		return nil, nil, fmt.Errorf("bootstrap user agent: %w", err)
+		return nil, nil, nil, fmt.Errorf("bootstrap user agent engine: %w", err)
 	}
-	uaModel, err := sft(ctx, "user agent", mc, prof, useqs, uws, 2, logger)
-	if err != nil {
-		return nil, nil, err
-	}
-	models := filepath.Join(out, "models")
-	if err := os.RemoveAll(models); err != nil {
-		return nil, nil, fmt.Errorf("bootstrap: %w", err)
-	}
-	npcDir := filepath.Join(models, "npc-sft")
-	for dir, m := range map[string]*inference.Model{npcDir: npc, filepath.Join(models, "user-agent"): uaModel} {
-		man := schema.Manifest{Model: filepath.Base(dir), Version: "v1", Algorithm: "sft", CreatedAt: time.Now().UTC()}
-		if err := inference.SaveCheckpoint(dir, m, tok, man); err != nil {
-			return nil, nil, fmt.Errorf("bootstrap: %w", err)
-		}
-	}
-	uaEng, stop, err := startEngine(uaModel, tok, logger)
-	if err != nil {
-		return nil, nil, fmt.Errorf("bootstrap user agent engine: %w", err)
-	}
-	ua, err := simulator.NewUserAgent(uaEng, uac)
+	ua, err := simulator.NewUserAgent(uaEng, uaCfg.UserAgent)
 	if err != nil {
 		stop()
-		return nil, nil, fmt.Errorf("bootstrap user agent: %w", err)
+		return nil, nil, nil, fmt.Errorf("bootstrap user agent: %w", err)
 	}
+	card := npcCfg.DefaultCard
 	e := &env{
-		prof: prof, corpus: c, tok: tok, npcDir: npcDir, ua: ua, players: rl.NewPlayerEnv(c.pop), logger: logger,
-		pool: c.prompts(false, max(4*prof.RL.Batch, 32), 1),
-		eval: c.prompts(true, prof.EvalPrompts, 9_000_000),
+		prof: prof, corpus: c, tok: npc.Tokenizer, npcDir: npcDir, ua: ua, players: rl.NewPlayerEnv(c.pop), logger: logger,
+		pool: c.prompts(false, max(4*prof.RL.Batch, 32), 1, card),
+		eval: c.prompts(true, prof.EvalPrompts, 9_000_000, card),
 	}
 	e.curve = e.eval[:min(prof.CurvePrompts, len(e.eval))]
-	rs, rw := npcInstances(tok, c.heldOut, mc.MaxSeq)
+	rs, rw, err := npcInstances(npc.Tokenizer, card, c.heldOut, prof.Model.MaxSeq)
+	if err != nil {
+		stop()
+		return nil, nil, nil, fmt.Errorf("bootstrap references: %w", err)
+	}
 	e.refs = referenceSamples(rs, rw)
-	return e, stop, nil
+	return e, boot, stop, nil
+}
+
+func lastLoss(ls []float32) float64 {
+	if len(ls) == 0 {
+		return math.NaN()
+	}
+	return float64(ls[len(ls)-1])
 }
 
 // referenceSamples cuts each weighted sequence at its first weighted token

@@ -33,8 +33,10 @@ type Profile struct {
 	RL rl.Config `json:"rl"`
 	// Policy is the NPC's sampling (top-k 50, temperature 0.7).
 	Policy rl.PolicyConfig `json:"policy"`
-	// UserAgentTokens bounds the user agent's replies.
+	// UserAgentTokens bounds the user agent's replies; UserAgentMaxSeq is
+	// its context (two demos and the current dialogue).
 	UserAgentTokens int `json:"user_agent_tokens"`
+	UserAgentMaxSeq int `json:"user_agent_max_seq"`
 
 	// EvalPrompts is the number of held-out dialogues of the final
 	// evaluation (with the ground-truth players and with the user agent);
@@ -57,7 +59,7 @@ func (p Profile) Validate() error {
 			p.Name, p.Players, p.DialoguesPerPlayer, p.MaxTurns)
 	case p.SFTSteps < 0 || p.SFTBatch < 1 || p.SFTLR <= 0:
 		return fmt.Errorf("profile %q: sft steps %d, batch %d, lr %g out of range", p.Name, p.SFTSteps, p.SFTBatch, p.SFTLR)
-	case p.EvalPrompts < 1 || p.EvalDepth < 1 || p.CurvePrompts < 1 || p.CurveEvery < 1 || p.UserAgentTokens < 1:
+	case p.EvalPrompts < 1 || p.EvalDepth < 1 || p.CurvePrompts < 1 || p.CurveEvery < 1 || p.UserAgentTokens < 1 || p.UserAgentMaxSeq <= p.UserAgentTokens:
 		return fmt.Errorf("profile %q: evaluation sizes must be positive", p.Name)
 	}
 	if err := p.Model.Validate(); err != nil {
@@ -80,7 +82,7 @@ func PaperProfile() Profile {
 		Name: "paper", Players: 200, DialoguesPerPlayer: 5, MaxTurns: 12, PopulationSeed: 7,
 		VocabSize: 2048, Model: m,
 		SFTSteps: 2000, SFTBatch: 16, SFTLR: 2e-5 * 50, // the paper's 2e-5 is for a pre-trained LLM; ours starts from scratch
-		RL: rl.DefaultConfig(), Policy: pc, UserAgentTokens: 32,
+		RL: rl.DefaultConfig(), Policy: pc, UserAgentTokens: 32, UserAgentMaxSeq: 1024,
 		EvalPrompts: 200, EvalDepth: 10, CurvePrompts: 32, CurveEvery: 10, Ablations: true,
 	}
 }
@@ -102,7 +104,7 @@ func SmallProfile() Profile {
 	p.RL.Update.Train.LearningRate = 2e-4
 	p.RL.Update.MiniBatch = 32
 	p.Policy.Sampling.MaxTokens = 24
-	p.UserAgentTokens = 16
+	p.UserAgentTokens, p.UserAgentMaxSeq = 16, 384
 	p.EvalPrompts, p.EvalDepth, p.CurvePrompts, p.CurveEvery = 24, 6, 8, 3
 	return p
 }
@@ -119,7 +121,7 @@ func TinyProfile() Profile {
 	p.RL.Tree.W, p.RL.Tree.Width, p.RL.Tree.Depth = 3, 2, 3
 	p.RL.Batch, p.RL.Workers, p.RL.Steps = 2, 2, 2
 	p.Policy.Sampling.MaxTokens = 12
-	p.UserAgentTokens = 8
+	p.UserAgentTokens, p.UserAgentMaxSeq = 8, 256
 	p.EvalPrompts, p.EvalDepth, p.CurvePrompts, p.CurveEvery = 6, 3, 3, 1
 	p.Ablations = true
 	return p

@@ -119,6 +119,12 @@ func Markdown(res *Results) string {
 	b.WriteString("Avg.L and Avg.r are measured on held-out ground-truth players (the referee) and, in the\n" +
 		"UA columns, on the learned user agent with α = 1, over the same held-out openings, L = " +
 		strconv.Itoa(p.EvalDepth) + ". PPL is on the held-out players' reference NPC turns.\n\n")
+	bs := res.Bootstrap
+	fmt.Fprintf(&b, "SFT start on held-out players (learner.TrainSFT): dialogue agent PPL %.2f, Dist-1 %.3f, Dist-2 %.3f "+
+		"(final loss %.3f); user agent PPL %.2f, ρ %.3f (defined: %v), termination log-loss %.4f, simulated/real Avg.L %.2f/%.2f "+
+		"(final loss %.3f).\n\n",
+		bs.NPC.PPL, bs.NPC.Dist1, bs.NPC.Dist2, bs.NPCLoss, bs.UserAgent.PPL, bs.UserAgent.Rho, bs.UserAgent.RhoDefined,
+		bs.UserAgent.TermLogLoss, bs.UserAgent.AvgL, bs.UserAgent.RealAvgL, bs.UserAgentLoss)
 	metrics := []struct {
 		head string
 		prec int
