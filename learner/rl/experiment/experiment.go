@@ -101,9 +101,9 @@ type Bootstrap struct {
 
 // Results is everything Run measured.
 type Results struct {
-	Profile  Profile   `json:"profile"`
-	Seeds    int       `json:"seeds"`
-	Variants []Variant `json:"variants"`
+	Profile   Profile   `json:"profile"`
+	Seeds     int       `json:"seeds"`
+	Variants  []Variant `json:"variants"`
 	Rows      []Row     `json:"rows"`
 	Bootstrap Bootstrap `json:"bootstrap"`
 	// SFTSeconds is the bootstrap's time (corpus, tokenizer, both SFTs).
