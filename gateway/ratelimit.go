@@ -10,7 +10,8 @@ import (
 )
 
 // takeScript takes one token from every bucket in KEYS or from none.
-// ARGV: now (ms), ttl (ms), then rate (tokens/ms) and burst of each key.
+// ARGV: now (ms), ttl (ms), then rate (tokens/ms, in plain decimal: the Lua
+// of miniredis reads no exponents) and burst of each key.
 // A bucket is a hash {tokens, ts}; a missing one is full. It returns 0 when
 // the tokens were taken, or else the milliseconds until they would be.
 var takeScript = redis.NewScript(`
@@ -62,7 +63,7 @@ func (s *Server) take(ctx context.Context, buckets ...bucket) error {
 			continue
 		}
 		keys = append(keys, b.key)
-		args = append(args, strconv.FormatFloat(b.rate/1000, 'g', -1, 64), b.burst)
+		args = append(args, strconv.FormatFloat(b.rate/1000, 'f', -1, 64), b.burst)
 		if d := time.Duration(float64(b.burst) / b.rate * float64(time.Second)); d > longest {
 			longest = d
 		}
