@@ -201,7 +201,7 @@ func (l *Logger) Run(ctx context.Context) error {
 			return nil
 		}
 		if err != nil {
-			l.log.Error("cannot read the spool; retrying", "err", err)
+			l.log.Error("spool read or cleanup failed; retrying", "err", err)
 			if !sleep(ctx, l.cfg.RetryBackoffMax) {
 				return nil
 			}
