@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/parleyhq/parley/inference"
 	"github.com/parleyhq/parley/internal/telemetry"
 	"github.com/parleyhq/parley/schema"
@@ -224,5 +227,39 @@ func TestShutdownFinishesInFlightStreams(t *testing.T) {
 	}
 	if n := len(e.events.ofType(schema.TurnEvent)); n != 1 {
 		t.Errorf("%d turn events; want the in-flight turn logged", n)
+	}
+}
+
+func TestRequestTimeout(t *testing.T) {
+	slow := newSlow(FromEngine(startEngine(t, inference.DefaultEngineConfig())))
+	e := newEnv(t, slow, func(c *Config, _ *Deps) { c.RequestTimeout = 50 * time.Millisecond })
+	s := e.createSession(e.key, "player-1")
+	assertError(t, e.do("POST", "/v1/sessions/"+s.SessionID+"/messages", e.key, schema.MessageRequest{Text: "hello"}),
+		http.StatusGatewayTimeout, "timeout")
+	if n := len(e.events.ofType(schema.TurnEvent)); n != 0 {
+		t.Errorf("%d turn events after a timeout; want 0", n)
+	}
+}
+
+func TestSpansAreNamedAfterTheRoute(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	e := newEnv(t, FromEngine(startEngine(t, inference.DefaultEngineConfig())), func(_ *Config, d *Deps) { d.TracerProvider = tp })
+	s := e.createSession(e.key, "player-secret")
+	e.say(e.key, s.SessionID, "my secret message")
+	names := map[string]bool{}
+	for _, sp := range rec.Ended() {
+		names[sp.Name()] = true
+		for _, a := range sp.Attributes() {
+			v := a.Value.Emit()
+			if strings.Contains(v, "secret") { // the player id and the message
+				t.Errorf("span %s attribute %s = %q carries player data", sp.Name(), a.Key, v)
+			}
+		}
+	}
+	for _, want := range []string{"POST /v1/sessions", "POST /v1/sessions/:id/messages"} {
+		if !names[want] {
+			t.Errorf("no span named %q; got %v", want, names)
+		}
 	}
 }

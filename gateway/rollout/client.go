@@ -154,6 +154,17 @@ func (c *Client) Rollback(ctx context.Context, deployment, by, reason string) (s
 	return c.Apply(ctx, deployment, Request{Action: ActionRollback, By: by, Reason: reason})
 }
 
+// PromoteAt promotes only if the state is still at generation, for automated
+// callers that decided on that state (learner/abtest's Watchdog).
+func (c *Client) PromoteAt(ctx context.Context, deployment string, generation int64, by, reason string) (schema.RolloutChange, error) {
+	return c.Apply(ctx, deployment, Request{Action: ActionPromote, By: by, Reason: reason, Generation: &generation})
+}
+
+// RollbackAt rolls back only if the state is still at generation.
+func (c *Client) RollbackAt(ctx context.Context, deployment string, generation int64, by, reason string) (schema.RolloutChange, error) {
+	return c.Apply(ctx, deployment, Request{Action: ActionRollback, By: by, Reason: reason, Generation: &generation})
+}
+
 // Restore writes s back when Redis has no state for its deployment or an
 // older generation than s, as after a Redis restart that lost its data; the
 // fleet's highest generation wins. It reports whether it wrote.
