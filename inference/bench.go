@@ -223,7 +223,7 @@ func RunBench(ctx context.Context, cfg BenchConfig, w io.Writer) (BenchReport, e
 func benchEngine(ctx context.Context, m *Model, tok *Tokenizer, cfg BenchConfig,
 	prompt func() []int, flopsRange func(from, to int) float64, rep *BenchReport) error {
 	maxBatch := slices.Max(cfg.Batches)
-	e, err := NewEngine(m, tok, EngineConfig{MaxBatch: maxBatch, QueueSize: 2 * maxBatch, ScoreBatch: 1}, nil)
+	e, err := NewEngine(m, tok, EngineConfig{MaxBatch: maxBatch, QueueSize: 2 * maxBatch, ScoreBatch: 1, PrefillBatch: 4}, nil)
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}

@@ -42,13 +42,16 @@ type EngineConfig struct {
 	MaxSeq int `json:"max_seq,omitempty"`
 	// ScoreBatch is the most sequences Score runs in one forward pass.
 	ScoreBatch int `json:"score_batch"`
+	// PrefillBatch is the most new prompts prefilled in one forward pass;
+	// larger groups are faster per token but stall running decodes longer.
+	PrefillBatch int `json:"prefill_batch"`
 	// Meter receives the engine's metrics; nil disables them.
 	Meter metric.Meter `json:"-"`
 }
 
 // DefaultEngineConfig suits a 2-core server with the default model.
 func DefaultEngineConfig() EngineConfig {
-	return EngineConfig{MaxBatch: 32, QueueSize: 256, ScoreBatch: 16}
+	return EngineConfig{MaxBatch: 32, QueueSize: 256, ScoreBatch: 16, PrefillBatch: 8}
 }
 
 // Validate reports a configuration the engine cannot run with.
@@ -60,8 +63,8 @@ func (c EngineConfig) Validate() error {
 		return fmt.Errorf("engine config: queue size %d is negative", c.QueueSize)
 	case c.MaxSeq < 0:
 		return fmt.Errorf("engine config: max seq %d is negative", c.MaxSeq)
-	case c.ScoreBatch < 1:
-		return fmt.Errorf("engine config: score batch %d must be positive", c.ScoreBatch)
+	case c.ScoreBatch < 1 || c.PrefillBatch < 1:
+		return fmt.Errorf("engine config: score batch %d and prefill batch %d must be positive", c.ScoreBatch, c.PrefillBatch)
 	}
 	return nil
 }
@@ -335,20 +338,7 @@ func (e *Engine) Run(ctx context.Context) error {
 			}
 			continue
 		}
-		for _, j := range pending {
-			row := slices.Index(slots, nil)
-			s := &slot{job: j, samp: newSampler(j.req, j.req.Seed), pos: len(j.req.Prompt)}
-			logits, err := e.dec.prefill(row, j.req.Prompt)
-			if err != nil {
-				e.log.Error("prefill failed", "err", err)
-				e.finish(s, FinishError, err)
-				continue
-			}
-			e.met.promptTokens.Add(context.Background(), int64(len(j.req.Prompt)))
-			if !e.accept(s, s.samp.sample(logits)) {
-				slots[row] = s
-			}
-		}
+		e.prefill(slots, pending)
 		if err := e.step(slots); err != nil {
 			e.log.Error("decode step failed", "err", err)
 			for i, s := range slots {
@@ -356,6 +346,41 @@ func (e *Engine) Run(ctx context.Context) error {
 					e.finish(s, FinishError, err)
 					slots[i] = nil
 				}
+			}
+		}
+	}
+}
+
+// prefill puts the pending jobs into free rows of slots, prefilling them in
+// groups of at most PrefillBatch prompts, and samples their first tokens.
+func (e *Engine) prefill(slots []*slot, pending []*job) {
+	for len(pending) > 0 {
+		n := min(len(pending), e.cfg.PrefillBatch)
+		group := pending[:n]
+		pending = pending[n:]
+		rows := make([]int, n)
+		prompts := make([][]int, n)
+		news := make([]*slot, n)
+		for i, j := range group {
+			rows[i] = slices.Index(slots, nil)
+			prompts[i] = j.req.Prompt
+			news[i] = &slot{job: j, samp: newSampler(j.req, j.req.Seed), pos: len(j.req.Prompt)}
+			slots[rows[i]] = news[i]
+		}
+		logits, err := e.dec.prefill(rows, prompts)
+		if err != nil {
+			e.log.Error("prefill failed", "err", err)
+		}
+		v := e.m.cfg.VocabSize
+		for i, s := range news {
+			if err != nil {
+				e.finish(s, FinishError, err)
+				slots[rows[i]] = nil
+				continue
+			}
+			e.met.promptTokens.Add(context.Background(), int64(len(s.job.req.Prompt)))
+			if e.accept(s, s.samp.sample(logits[i*v:(i+1)*v])) {
+				slots[rows[i]] = nil
 			}
 		}
 	}

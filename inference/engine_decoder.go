@@ -1,6 +1,7 @@
 package inference
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -20,9 +21,10 @@ type decoder interface {
 	// resize re-lays the cache out as rows × length; new row i takes the
 	// contents of old row src[i], or is left undefined when src[i] < 0.
 	resize(src []int, rows, length int) error
-	// prefill runs prompt (at most length tokens) into row at positions
-	// 0..len(prompt)-1 and returns the logits of the next token [V].
-	prefill(row int, prompt []int) ([]float32, error)
+	// prefill runs each prompt (at most length tokens) into its row at
+	// positions 0..len(prompt)-1 and returns the logits of the token after
+	// each prompt [len(rows) × V]. Rows must be distinct.
+	prefill(rows []int, prompts [][]int) ([]float32, error)
 	// step feeds tokens[i] at positions[i] to every row with active[i] and
 	// returns the logits [rows × V]; the cache of inactive rows is left
 	// unchanged and their logits are meaningless.
@@ -56,7 +58,12 @@ func newGomlxDecoder(m *Model) *gomlxDecoder {
 	return &gomlxDecoder{m: m, resizeFns: map[int]*graph.Exec{}}
 }
 
-func (d *gomlxDecoder) dims() (int, int) { return d.rows, d.length }
+func (d *gomlxDecoder) dims() (int, int) {
+	if d.cache == nil { // never laid out, closed, or lost to a failed run
+		return 0, 0
+	}
+	return d.rows, d.length
+}
 
 func (d *gomlxDecoder) close() {
 	d.freeCache()
@@ -164,17 +171,35 @@ func resizeGraph(idx *graph.Node, caches []*graph.Node, length int) []*graph.Nod
 	return out
 }
 
-func (d *gomlxDecoder) prefill(row int, prompt []int) ([]float32, error) {
-	if row < 0 || row >= d.rows {
-		return nil, fmt.Errorf("prefill row %d of %d", row, d.rows)
+func (d *gomlxDecoder) prefill(rows []int, prompts [][]int) ([]float32, error) {
+	if len(rows) != len(prompts) || len(rows) == 0 {
+		return nil, fmt.Errorf("prefill %d prompts into %d rows", len(prompts), len(rows))
 	}
-	if len(prompt) == 0 || len(prompt) > d.length {
-		return nil, fmt.Errorf("prefill %d tokens into a cache of %d: %w", len(prompt), d.length, ErrTooLong)
+	if d.cache == nil {
+		return nil, errors.New("prefill: no cache laid out")
+	}
+	// Batch shapes are bucketed to powers of two; extra prompts are one
+	// padding token written nowhere.
+	k := bucketPow2(len(rows), 1, max(len(rows), d.rows))
+	src := make([]int32, d.rows) // cache row → prompt index
+	write := make([]bool, d.rows)
+	seqs := make([][]int, k)
+	for j := range seqs {
+		seqs[j] = []int{0}
+	}
+	for j, r := range rows {
+		if r < 0 || r >= d.rows || write[r] {
+			return nil, fmt.Errorf("prefill into row %d of %d (twice or out of range)", r, d.rows)
+		}
+		if len(prompts[j]) == 0 || len(prompts[j]) > d.length {
+			return nil, fmt.Errorf("prefill %d tokens into a cache of %d: %w", len(prompts[j]), d.length, ErrTooLong)
+		}
+		src[r], write[r], seqs[j] = int32(j), true, prompts[j]
 	}
 	d.mu.Lock()
 	if d.prefillFn == nil {
 		e, err := d.m.newExec(func(ctx *context.Context, x []*graph.Node) []*graph.Node {
-			return d.m.prefillGraph(ctx, x[0], x[1], x[2], x[3:])
+			return d.m.prefillGraph(ctx, x[0], x[1], x[2], x[3], x[4:])
 		})
 		if err != nil {
 			d.mu.Unlock()
@@ -184,12 +209,14 @@ func (d *gomlxDecoder) prefill(row int, prompt []int) ([]float32, error) {
 	}
 	e := d.prefillFn
 	d.mu.Unlock()
-	tok, last, err := padBatch([][]int{prompt}, d.length)
+	tok, last, err := padBatch(seqs, d.length)
 	if err != nil {
 		return nil, err
 	}
-	args := make([]any, 0, 3+len(d.cache))
-	args = append(args, tok, last, int32(row))
+	args := make([]any, 0, 4+len(d.cache))
+	args = append(args, tok, last,
+		tensors.FromFlatDataAndDimensions(src, d.rows, 1),
+		tensors.FromFlatDataAndDimensions(write, d.rows))
 	args, err = d.appendDonatedCache(args)
 	if err != nil {
 		return nil, fmt.Errorf("prefill: %w", err)
@@ -204,33 +231,31 @@ func (d *gomlxDecoder) prefill(row int, prompt []int) ([]float32, error) {
 		return nil, err
 	}
 	_ = out[0].FinalizeAll()
-	return logits, nil
+	return logits[:len(rows)*d.m.cfg.VocabSize], nil
 }
 
-// prefillGraph runs tokens [1, P] (right-padded) through the model, writes
-// the keys and values of positions 0..last into row of every cache tensor,
-// zeros after them, and returns the logits at position last [1] followed by
-// the new caches.
-func (m *Model) prefillGraph(ctx *context.Context, tokens, last, row *graph.Node, caches []*graph.Node) []*graph.Node {
+// prefillGraph runs the right-padded prompts tokens [k, P] through the
+// model and returns the logits at each prompt's last position last [k],
+// [k, V], followed by the caches with row r replaced, where write[r], by the
+// keys and values of prompt src[r] (zero after its last position).
+func (m *Model) prefillGraph(ctx *context.Context, tokens, last, src, write *graph.Node, caches []*graph.Node) []*graph.Node {
 	g := tokens.Graph()
+	k, p := tokens.Shape().Dimensions[0], tokens.Shape().Dimensions[1]
 	h, ks, vs := m.forward(ctx, tokens)
-	h = gatherPosition(h, last) // [1, D]
-	out := []*graph.Node{m.head(ctx, g, h)}
-	rows := caches[0].Shape().Dimensions[0]
-	p := tokens.Shape().Dimensions[1]
+	out := []*graph.Node{m.head(ctx, g, gatherPosition(h, last))}
 	// Padding positions must be zero in the cache, like every unwritten one.
-	real := graph.LessOrEqual(graph.Iota(g, shapes.Make(dtypes.Int32, p), 0), graph.BroadcastToDims(graph.Reshape(last), p))
-	sel := graph.Equal(graph.Iota(g, shapes.Make(dtypes.Int32, rows), 0), graph.BroadcastToDims(row, rows))
+	real := graph.ConvertDType(graph.LessOrEqual(
+		graph.Iota(g, shapes.Make(dtypes.Int32, k, p), 1),
+		graph.BroadcastToDims(graph.Reshape(last, k, 1), k, p)), dtypes.Float32)
 	for i, c := range caches {
 		var kv *graph.Node
 		if i%2 == 0 {
-			kv = graph.Mul(ks[i/2], graph.Reshape(graph.ConvertDType(real, dtypes.Float32), 1, 1, p, 1))
+			kv = graph.Mul(ks[i/2], graph.Reshape(real, k, 1, p, 1))
 		} else {
-			kv = graph.TransposeAllAxes(vs[i/2], 0, 1, 3, 2)
-			kv = graph.Mul(kv, graph.Reshape(graph.ConvertDType(real, dtypes.Float32), 1, 1, 1, p))
+			kv = graph.Mul(graph.TransposeAllAxes(vs[i/2], 0, 1, 3, 2), graph.Reshape(real, k, 1, 1, p))
 		}
 		kv = padPositions(kv, posAxis(i), c.Shape().Dimensions[posAxis(i)])
-		out = append(out, graph.Where(sel, graph.BroadcastToDims(kv, c.Shape().Dimensions...), c))
+		out = append(out, graph.Where(write, graph.Gather(kv, src), c))
 	}
 	return out
 }

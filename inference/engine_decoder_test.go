@@ -58,13 +58,16 @@ func TestDecoderMatchesFullForward(t *testing.T) {
 			t.Fatalf("%s: seq %d (len %d): max |cache - full| = %g; want < %g", what, row, len(seqs[row]), d, tol)
 		}
 	}
-	for i, s := range seqs {
-		logits, err := dec.prefill(i, s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		check("prefill", i, logits)
-		seqs[i] = append(seqs[i], argmax(logits))
+	// One batched prefill of prompts of different lengths, given out of
+	// row order.
+	logits, err := dec.prefill([]int{0, 2, 1}, [][]int{seqs[0], seqs[2], seqs[1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for j, i := range []int{0, 2, 1} {
+		l := logits[j*V : (j+1)*V]
+		check("prefill", i, l)
+		seqs[i] = append(seqs[i], argmax(l))
 	}
 	// rowOf[i] is the cache row of seqs[i].
 	rowOf := []int{0, 1, 2}

@@ -66,7 +66,7 @@ func TestEngineBatchingMatchesSequential(t *testing.T) {
 		reqs[i] = greedy(tok.Encode(p), 6+5*i)
 	}
 
-	alone := startEngine(t, m, tok, EngineConfig{MaxBatch: 1, QueueSize: 8, ScoreBatch: 4})
+	alone := startEngine(t, m, tok, EngineConfig{MaxBatch: 1, QueueSize: 8, ScoreBatch: 4, PrefillBatch: 4})
 	want := make([][]int, len(reqs))
 	for i, r := range reqs {
 		s, err := alone.Generate(context.Background(), r)
@@ -96,7 +96,7 @@ func TestEngineBatchingMatchesSequential(t *testing.T) {
 		t.Fatalf("KV-cache greedy = %v; naive full recompute = %v", want[0], naive)
 	}
 
-	batched := startEngine(t, m, tok, EngineConfig{MaxBatch: 4, QueueSize: 8, ScoreBatch: 4})
+	batched := startEngine(t, m, tok, EngineConfig{MaxBatch: 4, QueueSize: 8, ScoreBatch: 4, PrefillBatch: 4})
 	streams := make([]*Stream, len(reqs))
 	var err error
 	// The first three start together; the rest join once the first token
@@ -164,7 +164,7 @@ func TestEngineSeededSamplingReproducible(t *testing.T) {
 
 func TestEngineCancellationFreesSlot(t *testing.T) {
 	m, tok := tinyChatModel(t, 512)
-	e := startEngine(t, m, tok, EngineConfig{MaxBatch: 1, QueueSize: 4, ScoreBatch: 4})
+	e := startEngine(t, m, tok, EngineConfig{MaxBatch: 1, QueueSize: 4, ScoreBatch: 4, PrefillBatch: 4})
 	ctx, cancel := context.WithCancel(context.Background())
 	long, err := e.Generate(ctx, greedy(tok.Encode("The guard"), 500))
 	if err != nil {
@@ -191,7 +191,7 @@ func TestEngineCancellationFreesSlot(t *testing.T) {
 
 func TestEngineQueueFull(t *testing.T) {
 	m, tok := tinyChatModel(t, 64)
-	e, err := NewEngine(m, tok, EngineConfig{MaxBatch: 1, QueueSize: 2, ScoreBatch: 1}, nil)
+	e, err := NewEngine(m, tok, EngineConfig{MaxBatch: 1, QueueSize: 2, ScoreBatch: 1, PrefillBatch: 4}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +250,7 @@ func TestEngineStopToken(t *testing.T) {
 
 func TestEngineScore(t *testing.T) {
 	m, tok := tinyChatModel(t, 64)
-	e := startEngine(t, m, tok, EngineConfig{MaxBatch: 2, QueueSize: 2, ScoreBatch: 2})
+	e := startEngine(t, m, tok, EngineConfig{MaxBatch: 2, QueueSize: 2, ScoreBatch: 2, PrefillBatch: 4})
 	prompt := tok.Encode("<|user|>Where is the dragon?<|end|><|npc|>")
 	conts := [][]int{tok.Encode("Ask the guard."), {}, tok.Encode("[Terminate]"), tok.Encode("The inn")}
 	got, err := e.Score(context.Background(), prompt, conts)
@@ -279,7 +279,7 @@ func TestEngineScore(t *testing.T) {
 // TestEngineConcurrentClients hammers Generate from several goroutines.
 func TestEngineConcurrentClients(t *testing.T) {
 	m, tok := tinyChatModel(t, 64)
-	e := startEngine(t, m, tok, EngineConfig{MaxBatch: 4, QueueSize: 64, ScoreBatch: 4})
+	e := startEngine(t, m, tok, EngineConfig{MaxBatch: 4, QueueSize: 64, ScoreBatch: 4, PrefillBatch: 4})
 	var wg sync.WaitGroup
 	errs := make(chan error, 16)
 	for i := range 16 {
