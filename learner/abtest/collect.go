@@ -13,6 +13,7 @@ package abtest
 import (
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/parleyhq/parley/schema"
@@ -50,9 +51,10 @@ func (s Session) Done() bool { return !s.Ended.IsZero() }
 
 // Collector builds Session summaries from session events. Events may come
 // more than once and out of order (Kafka is at-least-once and keyed by
-// session); duplicates are recognised by event_id. It is not safe for
-// concurrent use.
+// session); duplicates are recognised by event_id. It is safe for
+// concurrent use: a consumer adds while a Watchdog reads.
 type Collector struct {
+	mu       sync.Mutex
 	seen     map[string]struct{}
 	sessions map[string]*Session
 }
@@ -64,6 +66,8 @@ func NewCollector() *Collector {
 
 // Add folds one event in. It reports false for a duplicate.
 func (c *Collector) Add(e schema.SessionEvent) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if _, dup := c.seen[e.EventID]; dup {
 		return false
 	}
@@ -94,6 +98,8 @@ func (c *Collector) Add(e schema.SessionEvent) bool {
 // SetReward records a session's total reward (Σ r_k), as scored by the
 // learner; sessions without one are left out of Avg.r.
 func (c *Collector) SetReward(sessionID string, reward float64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	s := c.sessions[sessionID]
 	if s == nil {
 		s = &Session{SessionID: sessionID}
@@ -105,6 +111,8 @@ func (c *Collector) SetReward(sessionID string, reward float64) {
 // Sessions returns the sessions of an experiment ("" for all), open ones
 // included, ordered by start time then id.
 func (c *Collector) Sessions(experimentID string) []Session {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	var out []Session
 	for _, s := range c.sessions {
 		if s.PlayerID == "" || experimentID != "" && s.ExperimentID != experimentID {
