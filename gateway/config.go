@@ -1,9 +1,11 @@
 package gateway
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"regexp"
 	"strings"
 	"time"
@@ -178,4 +180,21 @@ func (c Config) clone() Config {
 	}
 	c.Personas = p
 	return c
+}
+
+// LoadPersonas reads NPC persona cards from a JSON file: an object of NPC
+// id → {"name", "card", "greeting"}.
+func LoadPersonas(path string) (map[string]Persona, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("load personas %q: %w", path, err)
+	}
+	var m map[string]Persona
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("load personas %q: %w", path, err)
+	}
+	if len(m) == 0 {
+		return nil, fmt.Errorf("load personas %q: no personas", path)
+	}
+	return m, nil
 }
