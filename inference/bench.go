@@ -118,8 +118,11 @@ type BenchDecode struct {
 	Batch        int     `json:"batch"`
 	TokensPerSec float64 `json:"tokens_per_sec"`
 	StepMillis   float64 `json:"step_ms"`
-	FLOPS        float64 `json:"flops"`
-	Fraction     float64 `json:"fraction_of_sgemm"`
+	// TTFTMillis is the mean time to first token of the batch's requests,
+	// all submitted at once.
+	TTFTMillis float64 `json:"ttft_ms"`
+	FLOPS      float64 `json:"flops"`
+	Fraction   float64 `json:"fraction_of_sgemm"`
 }
 
 // BenchTrain is the training throughput (forward, backward, AdamW).
@@ -223,7 +226,7 @@ func RunBench(ctx context.Context, cfg BenchConfig, w io.Writer) (BenchReport, e
 func benchEngine(ctx context.Context, m *Model, tok *Tokenizer, cfg BenchConfig,
 	prompt func() []int, flopsRange func(from, to int) float64, rep *BenchReport) error {
 	maxBatch := slices.Max(cfg.Batches)
-	e, err := NewEngine(m, tok, EngineConfig{MaxBatch: maxBatch, QueueSize: 2 * maxBatch, ScoreBatch: 1, PrefillBatch: 4}, nil)
+	e, err := NewEngine(m, tok, EngineConfig{MaxBatch: maxBatch, QueueSize: 2 * maxBatch, ScoreBatch: 1, PrefillBatch: 8}, nil)
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
@@ -283,15 +286,20 @@ func benchEngine(ctx context.Context, m *Model, tok *Tokenizer, cfg BenchConfig,
 		if _, _, err := gen(b, 2); err != nil {
 			return fmt.Errorf("bench decode batch %d: %w", b, err)
 		}
-		_, d, err := gen(b, cfg.DecodeTokens)
+		res, d, err := gen(b, cfg.DecodeTokens)
 		if err != nil {
 			return fmt.Errorf("bench decode batch %d: %w", b, err)
+		}
+		var ttft time.Duration
+		for _, r := range res {
+			ttft += r.TimeToFirstToken
 		}
 		steps := cfg.DecodeTokens - 1
 		flops := float64(b) * flopsRange(cfg.PromptTokens+1, cfg.PromptTokens+cfg.DecodeTokens) / d.Seconds()
 		rep.Decode = append(rep.Decode, BenchDecode{
 			Batch: b, TokensPerSec: float64(b*steps) / d.Seconds(), StepMillis: ms(d) / float64(steps),
-			FLOPS: flops, Fraction: flops / cfg.SgemmFLOPS,
+			TTFTMillis: ms(ttft) / float64(b),
+			FLOPS:      flops, Fraction: flops / cfg.SgemmFLOPS,
 		})
 	}
 	return nil
@@ -347,14 +355,14 @@ func printBench(w io.Writer, r BenchReport) {
 	fmt.Fprintf(w, "prompt %d tokens, decode %d tokens per sequence; sgemm ceiling %.0f GFLOP/s\n\n",
 		r.PromptTokens, r.DecodeTokens, r.SgemmFLOPS/1e9)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "measure\ttokens/s\tms\tGFLOP/s\tof sgemm\t")
-	fmt.Fprintf(tw, "prefill (TTFT)\t%.0f\t%.1f\t%.2f\t%.2f%%\t\n", r.PrefillTokensPerSec, r.TTFTMillis, r.PrefillFLOPS/1e9, 100*r.PrefillFraction)
+	fmt.Fprintln(tw, "measure\ttokens/s\tms/step\tTTFT ms\tGFLOP/s\tof sgemm\t")
+	fmt.Fprintf(tw, "prefill\t%.0f\t%.1f\t%.1f\t%.2f\t%.2f%%\t\n", r.PrefillTokensPerSec, r.TTFTMillis, r.TTFTMillis, r.PrefillFLOPS/1e9, 100*r.PrefillFraction)
 	for _, d := range r.Decode {
-		fmt.Fprintf(tw, "decode batch %d\t%.0f\t%.2f\t%.2f\t%.2f%%\t\n", d.Batch, d.TokensPerSec, d.StepMillis, d.FLOPS/1e9, 100*d.Fraction)
+		fmt.Fprintf(tw, "decode batch %d\t%.0f\t%.2f\t%.1f\t%.2f\t%.2f%%\t\n", d.Batch, d.TokensPerSec, d.StepMillis, d.TTFTMillis, d.FLOPS/1e9, 100*d.Fraction)
 	}
-	fmt.Fprintf(tw, "naive recompute batch 1\t%.0f\t%.2f\t\t\t\n", r.NaiveTokensPerSec, 1000/r.NaiveTokensPerSec)
+	fmt.Fprintf(tw, "naive recompute batch 1\t%.0f\t%.2f\t\t\t\t\n", r.NaiveTokensPerSec, 1000/r.NaiveTokensPerSec)
 	if t := r.Train; t != nil {
-		fmt.Fprintf(tw, "train step %d×%d\t%.0f\t%.0f\t%.2f\t%.2f%%\t\n", t.Batch, t.Seq, t.TokensPerSec, 1000*t.StepSeconds, t.FLOPS/1e9, 100*t.Fraction)
+		fmt.Fprintf(tw, "train step %d×%d\t%.0f\t%.0f\t\t%.2f\t%.2f%%\t\n", t.Batch, t.Seq, t.TokensPerSec, 1000*t.StepSeconds, t.FLOPS/1e9, 100*t.Fraction)
 	}
 	_ = tw.Flush()
 	fmt.Fprintf(w, "\nKV cache vs naive at batch 1: %.1fx; batch 32 vs batch 1: %.1fx\n", r.KVCacheSpeedup, r.Batch32Speedup)
