@@ -180,8 +180,10 @@ type job struct {
 }
 
 // Generate queues req and returns its Stream. It returns ErrQueueFull when
-// the queue is full and ErrClosed after Close. Cancelling ctx ends the
-// generation at the next token boundary and frees its slot.
+// the queue is full and ErrClosed after Close. Generations progress while
+// Run runs; cancelling ctx ends one at the next token boundary (a few
+// milliseconds) and frees its slot. Zero TopP means 1, a nil Stop the
+// tokenizer's <|end|>, a zero Seed a random one.
 func (e *Engine) Generate(ctx context.Context, req Request) (*Stream, error) {
 	if req.Stop == nil {
 		req.Stop = e.stop
