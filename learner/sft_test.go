@@ -50,6 +50,9 @@ var errStop = errors.New("simulated crash")
 // are exactly those of a run that never stopped; the finished run is
 // published with its manifest.
 func TestSFTResumeContinuesLossCurve(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains three models: skipped in -short")
+	}
 	ds := generatedCorpus(t, 12, 3, 4, 1)
 	ctx := context.Background()
 
@@ -111,6 +114,9 @@ func TestSFTResumeContinuesLossCurve(t *testing.T) {
 }
 
 func TestSFTRefusesAnotherRunsCheckpoints(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains a model: skipped in -short")
+	}
 	ds := generatedCorpus(t, 12, 3, 4, 1)
 	cfg := tinySFTConfig(t, RoleNPC)
 	cfg.Steps = 3

@@ -1,0 +1,182 @@
+package learner
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/parleyhq/parley/inference/registry"
+	"github.com/parleyhq/parley/internal/testenv"
+	"github.com/parleyhq/parley/schema"
+)
+
+func TestFidelityGate(t *testing.T) {
+	m := func(rho float64, defined bool, ll float64) Metrics {
+		return Metrics{Rho: rho, RhoDefined: defined, TermLogLoss: ll}
+	}
+	tests := []struct {
+		name          string
+		before, after Metrics
+		want          bool
+	}{
+		{"ρ rose", m(0.2, true, 0.5), m(0.4, true, 0.9), true},
+		{"ρ fell", m(0.4, true, 0.5), m(0.2, true, 0.1), false},
+		{"ρ fell within tolerance, log-loss better", m(0.40, true, 0.5), m(0.39, true, 0.4), true},
+		{"ρ rose within tolerance, log-loss worse", m(0.40, true, 0.5), m(0.41, true, 0.6), false},
+		{"ρ equal, log-loss equal", m(0.4, true, 0.5), m(0.4, true, 0.5), true},
+		{"ρ lost", m(0.4, true, 0.5), m(0, false, 0.1), false},
+		{"ρ gained", m(0, false, 0.5), m(-0.9, true, 0.9), true},
+		{"no ρ, log-loss better", m(0, false, 0.5), m(0, false, 0.4), true},
+		{"no ρ, log-loss worse", m(0, false, 0.5), m(0, false, 0.6), false},
+	}
+	gate := FidelityGate(0.02)
+	for _, tc := range tests {
+		if got, why := gate(tc.before, tc.after); got != tc.want {
+			t.Errorf("%s: gate = %v (%s); want %v", tc.name, got, why, tc.want)
+		}
+	}
+}
+
+func registryVersions(t *testing.T, root, model string) []string {
+	t.Helper()
+	reg, err := registry.NewLocal(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mans, err := reg.List(context.Background(), model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, m := range mans {
+		out = append(out, m.Version)
+	}
+	return out
+}
+
+// TestRefreshThatWorsensFidelityIsNotPublished fine-tunes the current user
+// agent on a window in which no training player ever ends a conversation
+// (every training dialogue relabelled max_turns) while the held-out players
+// keep their real endings: the refreshed agent predicts endings worse, and
+// the registry must still hold only the current version.
+func TestRefreshThatWorsensFidelityIsNotPublished(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains two models: skipped in -short")
+	}
+	ctx := context.Background()
+	base := tinySFTConfig(t, RoleUser)
+	base.Registry = filepath.Join(base.DataDir, "registry")
+	base.Steps, base.CheckpointEvery = 16, 16
+	ds := generatedCorpus(t, 16, 4, 4, 3)
+	v1, err := TrainSFT(ctx, base, ds, nil)
+	if err != nil || !v1.Published {
+		t.Fatalf("train v1: published %v, %v", v1 != nil && v1.Published, err)
+	}
+
+	window := generatedCorpus(t, 16, 4, 4, 4)
+	for i, d := range window {
+		window[i].SessionID = "w-" + d.SessionID
+		if !heldOutPlayer(d.PlayerID, base.HeldOutShare, base.Seed) {
+			window[i].Reason = schema.EndMaxTurns
+		}
+	}
+	store, err := OpenStore(filepath.Join(base.DataDir, "sessions"), 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	if _, err := store.Append(ds); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Append(window); err != nil {
+		t.Fatal(err)
+	}
+	rc := DefaultRefreshConfig()
+	rc.SFT = base
+	rc.SFT.Steps, rc.SFT.CheckpointEvery = 24, 24
+	rc.SFT.Train.LearningRate = 1e-2
+	rc.ReplayShare = 0
+	rc.RhoTolerance = 2 // ρ of these tiny models is noise: let the log-loss decide
+	r := &refresher{cfg: rc, store: store, registry: base.Registry, dataDir: base.DataDir, logger: slog.New(slog.DiscardHandler), now: time.Now}
+	if err := r.load(); err != nil {
+		t.Fatal(err)
+	}
+	r.state.TrainedUpTo = len(ds)
+	res, err := r.refresh(ctx)
+	if err != nil {
+		t.Fatalf("refresh: %v", err)
+	}
+	t.Logf("refresh: log-loss %.4f → %.4f, ρ %.3f → %.3f; gate: %s", res.Before.TermLogLoss, res.After.TermLogLoss, res.Before.Rho, res.After.Rho, res.GateReason)
+	if res.After.TermLogLoss <= res.Before.TermLogLoss {
+		t.Fatalf("the corrupted window did not make termination prediction worse (%.4f → %.4f): the test proves nothing",
+			res.Before.TermLogLoss, res.After.TermLogLoss)
+	}
+	if res.Published {
+		t.Errorf("a refresh with worse fidelity was published as %s", res.Version)
+	}
+	if got := registryVersions(t, base.Registry, base.Model); !slices.Equal(got, []string{"v1"}) {
+		t.Errorf("registry holds %v; want only v1", got)
+	}
+	if r.state.TrainedUpTo != store.Len() || r.state.Refreshes != 1 || r.state.Published != 0 {
+		t.Errorf("refresh state %+v; want the window consumed, 1 refresh, none published", r.state)
+	}
+}
+
+// TestLearnerEndToEnd runs the learner against a broker: it consumes a
+// generated corpus from Kafka and, the count trigger reached, trains the
+// first user agent from scratch and publishes it.
+func TestLearnerEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains a model: skipped in -short")
+	}
+	k := testenv.StartKafka(t)
+	topic := k.Topic("sessions")
+	ds := generatedCorpus(t, 12, 3, 4, 5)
+	var events []schema.SessionEvent
+	rng := rand.New(rand.NewPCG(1, 1))
+	for _, d := range ds {
+		es, err := d.Events(rng)
+		if err != nil {
+			t.Fatal(err)
+		}
+		events = append(events, es...)
+	}
+	produce(t, k, topic, events)
+
+	sft := tinySFTConfig(t, RoleUser)
+	cfg := DefaultConfig()
+	cfg.DataDir = t.TempDir()
+	cfg.Registry = filepath.Join(cfg.DataDir, "registry")
+	cfg.Consumer = testConsumerConfig(k, topic)
+	cfg.Refresh.SFT = sft
+	cfg.Refresh.EverySessions, cfg.Refresh.Every, cfg.Refresh.Poll = len(ds), 0, 50*time.Millisecond
+	cfg.Refresh.RhoTolerance = 2
+	l, err := New(cfg, Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	for len(registryVersions(t, cfg.Registry, sft.Model)) == 0 {
+		select {
+		case err := <-done:
+			t.Fatalf("learner stopped before publishing: %v", err)
+		case <-ctx.Done():
+			t.Fatalf("no user agent published in time; %d of %d sessions stored", l.Store().Len(), len(ds))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	if l.Store().Len() != len(ds) {
+		t.Errorf("stored %d sessions; want %d", l.Store().Len(), len(ds))
+	}
+}
