@@ -1,0 +1,325 @@
+package modelpool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/parleyhq/parley/gateway/rollout"
+	"github.com/parleyhq/parley/inference"
+	"github.com/parleyhq/parley/inference/registry"
+	"github.com/parleyhq/parley/schema"
+)
+
+// BenchConfig sizes RunBench.
+type BenchConfig struct {
+	// Gateways is how many pools follow the rollout, each with its own
+	// watcher, as separate gateway instances would.
+	Gateways int `json:"gateways"`
+	// Workers is how many request loops run against each gateway.
+	Workers int `json:"workers"`
+	// Swaps is how many canary-then-promote cycles run.
+	Swaps int `json:"swaps"`
+	// Steady is how long latency is measured before the first swap.
+	Steady time.Duration `json:"steady"`
+	// MaxTokens is the length of each request's greedy generation.
+	MaxTokens int `json:"max_tokens"`
+	// Model is the architecture of the versions (VocabSize is the
+	// tokenizer's); three versions with different random weights are made.
+	Model   inference.ModelConfig   `json:"model"`
+	Backend inference.BackendConfig `json:"backend"`
+	// Prefix is the Redis key prefix; WorkDir holds the registry.
+	Prefix  string `json:"prefix"`
+	WorkDir string `json:"-"`
+}
+
+// DefaultBenchConfig is two gateways, two workers each, ten swaps of the
+// default model.
+func DefaultBenchConfig() BenchConfig {
+	return BenchConfig{Gateways: 2, Workers: 2, Swaps: 10, Steady: 3 * time.Second, MaxTokens: 8,
+		Model: inference.DefaultModelConfig(), Backend: inference.DefaultBackendConfig(), Prefix: "parley-bench:"}
+}
+
+// Validate reports the first setting out of range.
+func (c BenchConfig) Validate() error {
+	if c.Gateways < 1 || c.Workers < 1 || c.Swaps < 1 || c.MaxTokens < 1 || c.Steady <= 0 {
+		return fmt.Errorf("rollout bench config: gateways %d, workers %d, swaps %d, max tokens %d and steady %v must be positive",
+			c.Gateways, c.Workers, c.Swaps, c.MaxTokens, c.Steady)
+	}
+	if c.WorkDir == "" {
+		return errors.New("rollout bench config: work dir is required")
+	}
+	return nil
+}
+
+// BenchReport is what RunBench measured; durations are in milliseconds.
+type BenchReport struct {
+	Config BenchConfig `json:"config"`
+	// CanaryMS is from each canary change to every gateway serving it: the
+	// background fetch, verification, load and warm-up.
+	CanaryMS Summary `json:"canary_ms"`
+	// PromoteMS is from each promote to every gateway serving it.
+	PromoteMS Summary `json:"promote_ms"`
+	// SteadyLatencyMS covers requests before the first swap; SwapLatencyMS
+	// those that overlapped a canary load or a promote.
+	SteadyLatencyMS Summary `json:"steady_latency_ms"`
+	SwapLatencyMS   Summary `json:"swap_latency_ms"`
+	Requests        int     `json:"requests"`
+	Failed          int     `json:"failed"`
+	FirstError      string  `json:"first_error,omitempty"`
+}
+
+// Summary describes a sample of durations in milliseconds.
+type Summary struct {
+	N    int     `json:"n"`
+	Mean float64 `json:"mean"`
+	P50  float64 `json:"p50"`
+	P95  float64 `json:"p95"`
+	P99  float64 `json:"p99"`
+	Max  float64 `json:"max"`
+}
+
+func summarize(ds []time.Duration) Summary {
+	if len(ds) == 0 {
+		return Summary{}
+	}
+	ms := make([]float64, len(ds))
+	var sum float64
+	for i, d := range ds {
+		ms[i] = float64(d) / float64(time.Millisecond)
+		sum += ms[i]
+	}
+	slices.Sort(ms)
+	q := func(p float64) float64 { return ms[int(math.Ceil(p*float64(len(ms))))-1] } // nearest rank
+	return Summary{N: len(ms), Mean: sum / float64(len(ms)), P50: q(0.5), P95: q(0.95), P99: q(0.99), Max: ms[len(ms)-1]}
+}
+
+// RunBench measures hot swaps: it publishes three versions into a registry
+// under WorkDir, starts Gateways pools that follow the rollout state in
+// Redis through their own watchers, keeps Workers request loops busy on
+// each, and makes Swaps canary (weight 50) then promote cycles.
+func RunBench(ctx context.Context, cfg BenchConfig, rdb redis.UniversalClient, log *slog.Logger) (BenchReport, error) {
+	rep := BenchReport{Config: cfg}
+	if err := cfg.Validate(); err != nil {
+		return rep, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	versions, store, err := benchRegistry(ctx, cfg)
+	if err != nil {
+		return rep, err
+	}
+	rcfg := rollout.DefaultConfig()
+	rcfg.Prefix = cfg.Prefix
+	rc, err := rollout.New(rdb, rcfg, log)
+	if err != nil {
+		return rep, err
+	}
+	deployment := fmt.Sprintf("bench-%d", time.Now().UnixNano())
+	if _, err := rc.Init(ctx, deployment, versions[0], "bench"); err != nil {
+		return rep, err
+	}
+
+	ecfg := inference.DefaultEngineConfig()
+	var pools []*Pool[*inference.Engine]
+	var bg sync.WaitGroup
+	defer func() {
+		cancel()
+		bg.Wait()
+		for _, p := range pools {
+			p.Close()
+		}
+	}()
+	for i := range cfg.Gateways {
+		pcfg := DefaultConfig()
+		pcfg.WorkDir = filepath.Join(cfg.WorkDir, fmt.Sprintf("gw-%d", i))
+		p, err := New(pcfg, store, InferenceFactory(cfg.Backend, ecfg, 4, log), log)
+		if err != nil {
+			return rep, err
+		}
+		pools = append(pools, p)
+		bg.Go(func() { _ = p.Run(ctx) })
+		bg.Go(func() { _ = rc.Watch(ctx, deployment, fmt.Sprintf("gw-%d", i), p.Apply) })
+	}
+	awaitFleet := func(gen int64) (time.Duration, error) {
+		start := time.Now()
+		for _, p := range pools {
+			err := p.Wait(ctx, func(s Status) bool {
+				return s.Serving.Generation >= gen && s.Serving.State != schema.PhasePaused || len(s.Failed) > 0
+			})
+			if err != nil {
+				return 0, err
+			}
+			if st := p.Status(); len(st.Failed) > 0 {
+				return 0, fmt.Errorf("generation %d refused: %v", gen, st.Failed)
+			}
+		}
+		return time.Since(start), nil
+	}
+	if _, err := awaitFleet(1); err != nil {
+		return rep, err
+	}
+
+	type sample struct {
+		start, end time.Time
+		err        error
+	}
+	var mu sync.Mutex
+	var samples []sample
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	var load sync.WaitGroup
+	for g, p := range pools {
+		for w := range cfg.Workers {
+			load.Go(func() {
+				for n := 0; loadCtx.Err() == nil; n++ {
+					player := fmt.Sprintf("p-%d-%d-%d", g, w, n)
+					start := time.Now()
+					_, e, release, err := p.AcquireServing(loadCtx, func(s schema.RolloutState) string {
+						_, v := rollout.Route(s, player)
+						return v
+					})
+					if err == nil {
+						err = benchRequest(loadCtx, e, cfg.MaxTokens)
+						release()
+					}
+					if loadCtx.Err() != nil {
+						return
+					}
+					mu.Lock()
+					samples = append(samples, sample{start, time.Now(), err})
+					mu.Unlock()
+				}
+			})
+		}
+	}
+
+	select {
+	case <-time.After(cfg.Steady):
+	case <-ctx.Done():
+	}
+	swapsFrom := time.Now()
+	type window struct{ from, to time.Time }
+	var windows []window
+	var canary, promote []time.Duration
+	swapErr := func() error {
+		for i := range cfg.Swaps {
+			next := versions[(i+1)%len(versions)]
+			from := time.Now()
+			ch, err := rc.Canary(ctx, deployment, next, 50, "bench")
+			if err != nil {
+				return err
+			}
+			d, err := awaitFleet(ch.To.Generation)
+			if err != nil {
+				return err
+			}
+			canary = append(canary, d)
+			windows = append(windows, window{from, time.Now()})
+			from = time.Now()
+			if ch, err = rc.Promote(ctx, deployment, "bench", "bench"); err != nil {
+				return err
+			}
+			if d, err = awaitFleet(ch.To.Generation); err != nil {
+				return err
+			}
+			promote = append(promote, d)
+			windows = append(windows, window{from, time.Now()})
+		}
+		return nil
+	}()
+	stopLoad()
+	load.Wait()
+	if swapErr != nil {
+		return rep, fmt.Errorf("rollout bench: %w", swapErr)
+	}
+
+	var steady, during []time.Duration
+	for _, s := range samples {
+		rep.Requests++
+		if s.err != nil {
+			rep.Failed++
+			if rep.FirstError == "" {
+				rep.FirstError = s.err.Error()
+			}
+			continue
+		}
+		d := s.end.Sub(s.start)
+		if s.end.Before(swapsFrom) {
+			steady = append(steady, d)
+			continue
+		}
+		for _, w := range windows {
+			if s.start.Before(w.to) && s.end.After(w.from) {
+				during = append(during, d)
+				break
+			}
+		}
+	}
+	rep.CanaryMS, rep.PromoteMS = summarize(canary), summarize(promote)
+	rep.SteadyLatencyMS, rep.SwapLatencyMS = summarize(steady), summarize(during)
+	return rep, nil
+}
+
+func benchRequest(ctx context.Context, e *inference.Engine, maxTokens int) error {
+	s, err := e.Generate(ctx, inference.Request{Prompt: []int{1, 2, 3, 4}, MaxTokens: maxTokens, Stop: []int{}})
+	if err != nil {
+		return err
+	}
+	_, err = s.Wait()
+	return err
+}
+
+// benchRegistry publishes versions v1, v2 and v3 of cfg.Model (random
+// weights, seeds 1–3) into a registry under cfg.WorkDir.
+func benchRegistry(ctx context.Context, cfg BenchConfig) ([]string, *registry.Local, error) {
+	tok, err := inference.TrainTokenizer([]string{
+		"Welcome, traveller! The inn has warm bread and cold ale.",
+		"I have not seen the dragon since the winter. Ask the guard at the gate.",
+	}, 300)
+	if err != nil {
+		return nil, nil, err
+	}
+	mcfg := cfg.Model
+	mcfg.VocabSize = tok.VocabSize()
+	store, err := registry.NewLocal(filepath.Join(cfg.WorkDir, "registry"))
+	if err != nil {
+		return nil, nil, err
+	}
+	versions := []string{"v1", "v2", "v3"}
+	for i, v := range versions {
+		if _, err := store.Manifest(ctx, "npc", v); err == nil {
+			continue
+		}
+		m, err := inference.NewModel(mcfg, cfg.Backend, int64(i+1))
+		if err != nil {
+			return nil, nil, err
+		}
+		dir := filepath.Join(cfg.WorkDir, "build-"+v)
+		if err := os.RemoveAll(dir); err != nil {
+			return nil, nil, err
+		}
+		man := schema.Manifest{Model: "npc", Version: v, Algorithm: "random-init"}
+		if err := inference.SaveCheckpoint(dir, m, tok, man); err != nil {
+			return nil, nil, err
+		}
+		if _, err := store.Publish(ctx, "npc", v, dir); err != nil {
+			return nil, nil, err
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			return nil, nil, err
+		}
+	}
+	return versions, store, nil
+}
