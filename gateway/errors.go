@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"strconv"
 	"time"
@@ -42,6 +43,7 @@ func (e *retryError) Unwrap() error { return e.err }
 func errorStatus(err error) (int, string) {
 	var he *echo.HTTPError
 	var mbe *http.MaxBytesError
+	var ne net.Error
 	switch {
 	case errors.Is(err, ErrBadRequest):
 		return http.StatusBadRequest, "bad_request"
@@ -61,7 +63,8 @@ func errorStatus(err error) (int, string) {
 		return http.StatusTooManyRequests, "rate_limited"
 	case errors.Is(err, ErrOverloaded):
 		return http.StatusTooManyRequests, "overloaded"
-	case errors.Is(err, ErrUnavailable), errors.Is(err, ErrEventsUnlogged):
+	case errors.Is(err, ErrUnavailable), errors.Is(err, ErrEventsUnlogged), errors.As(err, &ne):
+		// A net.Error is Redis out of reach.
 		return http.StatusServiceUnavailable, "unavailable"
 	case errors.Is(err, ErrRequestTimeout), errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout, "timeout"
@@ -116,9 +119,14 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 			msg = http.StatusText(status)
 		}
 	}
-	if status >= 500 && status != http.StatusServiceUnavailable && status != http.StatusGatewayTimeout {
+	var ne net.Error
+	switch {
+	case status >= 500 && status != http.StatusServiceUnavailable && status != http.StatusGatewayTimeout:
 		s.log.Error("request failed", "route", c.Path(), "err", err)
 		msg = "internal error"
+	case errors.As(err, &ne):
+		s.log.Warn("session store unreachable", "route", c.Path(), "err", err)
+		msg = "session store unavailable"
 	}
 	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
 		after := time.Second

@@ -263,3 +263,27 @@ func TestSpansAreNamedAfterTheRoute(t *testing.T) {
 		}
 	}
 }
+
+func TestRedisDownIsUnavailable(t *testing.T) {
+	e := newEnv(t, FromEngine(startEngine(t, inference.DefaultEngineConfig())))
+	s := e.createSession(e.key, "player-1")
+	e.say(e.key, s.SessionID, "hello")
+	e.redis.Stop()
+	for _, path := range []string{"/readyz", "/v1/sessions/" + s.SessionID} {
+		r := e.do("GET", path, e.key, nil)
+		assertError(t, r, http.StatusServiceUnavailable, "unavailable")
+		if strings.Contains(string(r.body), "127.0.0.1") {
+			t.Errorf("GET %s: the error names an internal address: %s", path, r.body)
+		}
+		if r.header.Get("Retry-After") == "" {
+			t.Errorf("GET %s: no Retry-After on 503", path)
+		}
+	}
+	if r := e.do("GET", "/healthz", "", nil); r.status != http.StatusOK {
+		t.Errorf("healthz with Redis down = %d; want 200 (the process is alive)", r.status)
+	}
+	e.redis.Start()
+	if r := e.do("GET", "/readyz", "", nil); r.status != http.StatusOK {
+		t.Errorf("readyz after Redis returned = %d; want 200", r.status)
+	}
+}

@@ -80,6 +80,7 @@ type Server struct {
 	echo           *echo.Echo
 	handler        http.Handler
 	metrics        *metrics
+	tracer         trace.Tracer
 	metricsHandler http.Handler
 }
 
@@ -124,6 +125,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, err
 	}
 	s.metrics = m
+	s.tracer = tp.Tracer("github.com/parleyhq/parley/gateway")
 	s.echo = s.routes()
 	s.handler = otelhttp.NewHandler(s.echo, "gateway",
 		otelhttp.WithTracerProvider(tp), otelhttp.WithMeterProvider(mp), otelhttp.WithPropagators(prop),

@@ -256,6 +256,8 @@ func (s *Server) endSession(ctx context.Context, id string, reason schema.EndRea
 // Run calls it every SweepInterval; gateways sharing a Redis may sweep at
 // the same time, and each session is ended by exactly one of them.
 func (s *Server) Sweep(ctx context.Context) (int, error) {
+	ctx, span := s.tracer.Start(ctx, "gateway.sweep_idle_sessions")
+	defer span.End()
 	cutoff := strconv.FormatInt(s.now().Add(-s.cfg.IdleTimeout).UnixMilli(), 10)
 	ended := 0
 	for {

@@ -52,3 +52,26 @@ func TestSummarize(t *testing.T) {
 		t.Errorf("summarize(nil) = %+v; want zero", got)
 	}
 }
+
+// BenchmarkRolloutSwap runs RunBench with the default model (three swaps)
+// and reports its medians: go test -run '^$' -bench RolloutSwap -benchtime 1x ./gateway/modelpool
+func BenchmarkRolloutSwap(b *testing.B) {
+	r := testenv.StartRedis(b)
+	cfg := DefaultBenchConfig()
+	cfg.Swaps, cfg.Steady = 3, 2*time.Second
+	cfg.Prefix, cfg.WorkDir = r.Prefix, b.TempDir()
+	for b.Loop() {
+		rep, err := RunBench(context.Background(), cfg, r.Client, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if rep.Failed != 0 {
+			b.Fatalf("%d requests failed: %s", rep.Failed, rep.FirstError)
+		}
+		b.ReportMetric(rep.CanaryMS.P50, "canary-ms-p50")
+		b.ReportMetric(rep.PromoteMS.P50, "promote-ms-p50")
+		b.ReportMetric(rep.PromoteMS.Max, "promote-ms-max")
+		b.ReportMetric(rep.SteadyLatencyMS.P95, "steady-req-ms-p95")
+		b.ReportMetric(rep.SwapLatencyMS.P95, "swap-req-ms-p95")
+	}
+}
