@@ -44,6 +44,7 @@ type EngineConfig struct {
 	ScoreBatch int `json:"score_batch"`
 	// PrefillBatch is the most new prompts prefilled in one forward pass;
 	// larger groups are faster per token but stall running decodes longer.
+	// 0 means 8.
 	PrefillBatch int `json:"prefill_batch"`
 	// Meter receives the engine's metrics; nil disables them.
 	Meter metric.Meter `json:"-"`
@@ -63,8 +64,10 @@ func (c EngineConfig) Validate() error {
 		return fmt.Errorf("engine config: queue size %d is negative", c.QueueSize)
 	case c.MaxSeq < 0:
 		return fmt.Errorf("engine config: max seq %d is negative", c.MaxSeq)
-	case c.ScoreBatch < 1 || c.PrefillBatch < 1:
-		return fmt.Errorf("engine config: score batch %d and prefill batch %d must be positive", c.ScoreBatch, c.PrefillBatch)
+	case c.ScoreBatch < 1:
+		return fmt.Errorf("engine config: score batch %d must be positive", c.ScoreBatch)
+	case c.PrefillBatch < 0:
+		return fmt.Errorf("engine config: prefill batch %d is negative", c.PrefillBatch)
 	}
 	return nil
 }
@@ -145,6 +148,9 @@ func NewEngine(m *Model, tok *Tokenizer, cfg EngineConfig, logger *slog.Logger) 
 	met, err := newEngineMetrics(cfg.Meter)
 	if err != nil {
 		return nil, fmt.Errorf("new engine: metrics: %w", err)
+	}
+	if cfg.PrefillBatch == 0 {
+		cfg.PrefillBatch = 8
 	}
 	maxSeq := m.cfg.MaxSeq
 	if cfg.MaxSeq > 0 {
