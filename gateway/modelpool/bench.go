@@ -153,8 +153,9 @@ func RunBench(ctx context.Context, cfg BenchConfig, rdb redis.UniversalClient, l
 		bg.Go(func() { _ = p.Run(ctx) })
 		bg.Go(func() { _ = rc.Watch(ctx, deployment, fmt.Sprintf("gw-%d", i), p.Apply) })
 	}
-	awaitFleet := func(gen int64) (time.Duration, error) {
-		start := time.Now()
+	// awaitFleet waits until every pool serves gen and returns the time
+	// since start (taken before the change was made).
+	awaitFleet := func(gen int64, start time.Time) (time.Duration, error) {
 		for _, p := range pools {
 			err := p.Wait(ctx, func(s Status) bool {
 				return s.Serving.Generation >= gen && s.Serving.State != schema.PhasePaused || len(s.Failed) > 0
@@ -168,7 +169,7 @@ func RunBench(ctx context.Context, cfg BenchConfig, rdb redis.UniversalClient, l
 		}
 		return time.Since(start), nil
 	}
-	if _, err := awaitFleet(1); err != nil {
+	if _, err := awaitFleet(1, time.Now()); err != nil {
 		return rep, err
 	}
 
@@ -221,7 +222,7 @@ func RunBench(ctx context.Context, cfg BenchConfig, rdb redis.UniversalClient, l
 			if err != nil {
 				return err
 			}
-			d, err := awaitFleet(ch.To.Generation)
+			d, err := awaitFleet(ch.To.Generation, from)
 			if err != nil {
 				return err
 			}
@@ -231,7 +232,7 @@ func RunBench(ctx context.Context, cfg BenchConfig, rdb redis.UniversalClient, l
 			if ch, err = rc.Promote(ctx, deployment, "bench", "bench"); err != nil {
 				return err
 			}
-			if d, err = awaitFleet(ch.To.Generation); err != nil {
+			if d, err = awaitFleet(ch.To.Generation, from); err != nil {
 				return err
 			}
 			promote = append(promote, d)
