@@ -16,8 +16,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 
+	"github.com/parleyhq/parley/gateway/rollout"
 	"github.com/parleyhq/parley/schema"
 )
 
@@ -92,6 +94,25 @@ type Status struct {
 	Sessions map[string]int `json:"sessions"`
 	// Failed maps refused versions to why.
 	Failed map[string]string `json:"failed,omitempty"`
+}
+
+// Instance turns s into the fleet entry of one gateway instance, for
+// rollout.Client.Heartbeat.
+func (s Status) Instance(deployment, instance string) rollout.Instance {
+	in := rollout.Instance{
+		Deployment: deployment, Instance: instance, Generation: s.Serving.Generation,
+		Stable: s.Serving.Stable, Canary: s.Serving.Canary, Loaded: s.Loaded, Loading: strings.Join(s.Loading, ","),
+	}
+	for _, n := range s.Sessions {
+		in.Sessions += n
+	}
+	var failed []string
+	for v, why := range s.Failed {
+		failed = append(failed, v+": "+why)
+	}
+	slices.Sort(failed)
+	in.LastError = strings.Join(failed, "; ")
+	return in
 }
 
 type entry[E any] struct {

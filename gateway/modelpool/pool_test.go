@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -174,6 +175,11 @@ func TestCorruptCandidateIsRefused(t *testing.T) {
 			}
 			if st := p.Status(); !slices.Equal(st.Loaded, []string{"v1"}) || len(st.Loading) != 0 {
 				t.Errorf("Status loaded %v, loading %v; want [v1], none", st.Loaded, st.Loading)
+			}
+			in := p.Status().Instance("npc", "gw-1")
+			if in.Generation != steady.Generation || in.Stable != "v1" || !slices.Equal(in.Loaded, []string{"v1"}) ||
+				!strings.HasPrefix(in.LastError, "v2: ") {
+				t.Errorf("fleet entry = %+v; want generation %d, stable v1, loaded [v1], last error about v2", in, steady.Generation)
 			}
 			_, _, err := p.Acquire(ctx, "v2")
 			if !errors.Is(err, ErrRefused) || !errors.Is(err, tt.wantErr) {
