@@ -23,7 +23,7 @@ type fixture struct {
 func newFixture(t testing.TB, sftSteps int) *fixture {
 	t.Helper()
 	pcfg := simulator.DefaultPopulationConfig()
-	pcfg.Size = 40
+	pcfg.Size = 20
 	pop, err := simulator.NewPopulation(pcfg, 11)
 	if err != nil {
 		t.Fatal(err)
@@ -34,13 +34,13 @@ func newFixture(t testing.TB, sftSteps int) *fixture {
 		if p.HeldOut {
 			continue
 		}
-		for k := range 4 {
+		for k := range 2 {
 			q := qualities[(i+k)%len(qualities)]
 			npc, err := simulator.NewScriptedNPC(pop, q, simulator.DefaultScriptConfig(), uint64(i*10+k))
 			if err != nil {
 				t.Fatal(err)
 			}
-			dialogues = append(dialogues, simulator.Play(p.Start(uint64(1000+k)), npc, 6))
+			dialogues = append(dialogues, simulator.Play(p.Start(uint64(1000+k)), npc, 4))
 		}
 	}
 	var texts []string
@@ -54,7 +54,7 @@ func newFixture(t testing.TB, sftSteps int) *fixture {
 		t.Fatal(err)
 	}
 	mc := inference.DefaultModelConfig()
-	mc.VocabSize, mc.Dim, mc.Layers, mc.Heads, mc.FFNDim, mc.MaxSeq = tok.VocabSize(), 64, 2, 4, 128, 256
+	mc.VocabSize, mc.Dim, mc.Layers, mc.Heads, mc.FFNDim, mc.MaxSeq = tok.VocabSize(), 32, 1, 2, 64, 160
 	m, err := inference.NewModel(mc, inference.DefaultBackendConfig(), 1)
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +69,7 @@ func newFixture(t testing.TB, sftSteps int) *fixture {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for range sftSteps {
 		var b inference.Batch
-		for range 16 {
+		for range 8 {
 			i := rng.IntN(len(seqs))
 			b.Tokens = append(b.Tokens, seqs[i])
 			b.Weights = append(b.Weights, weights[i])

@@ -128,9 +128,11 @@ type packed struct {
 }
 
 // pack right-pads prompt+response sequences into next-token inputs,
-// targets and a mask on the response targets. Prompts that do not fit the
-// model's context lose their oldest tokens.
-func (u *Updater) pack(samples []Sample) (packed, error) {
+// targets and a mask on the response targets, with empty rows (mask 0) up
+// to rows so that every minibatch has the same batch size and only the
+// (bucketed) length varies: each new shape compiles a new graph. Prompts
+// that do not fit the model's context lose their oldest tokens.
+func (u *Updater) pack(samples []Sample, rows int) (packed, error) {
 	maxSeq := u.m.Config().MaxSeq
 	longest := 0
 	seqs := make([][]int, len(samples))
@@ -151,7 +153,7 @@ func (u *Updater) pack(samples []Sample) (packed, error) {
 		longest = max(longest, len(seqs[i])-1)
 	}
 	t := bucket(longest, maxSeq)
-	n := len(samples)
+	n := max(rows, len(samples))
 	in, tg := make([]int32, n*t), make([]int32, n*t)
 	mask, adv := make([]float32, n*t), make([]float32, n)
 	tokens := 0
@@ -170,7 +172,7 @@ func (u *Updater) pack(samples []Sample) (packed, error) {
 		tg:   tensors.FromFlatDataAndDimensions(tg, n, t),
 		mask: tensors.FromFlatDataAndDimensions(mask, n, t),
 		adv:  tensors.FromFlatDataAndDimensions(adv, n),
-		rows: n, tokens: tokens,
+		rows: len(samples), tokens: tokens,
 	}, nil
 }
 
@@ -210,7 +212,7 @@ func (u *Updater) Update(ctx context.Context, samples []Sample, rng *rand.Rand) 
 		for _, i := range order[lo:min(lo+u.cfg.MiniBatch, len(order))] {
 			mb = append(mb, samples[i])
 		}
-		p, err := u.pack(mb)
+		p, err := u.pack(mb, u.cfg.MiniBatch)
 		if err != nil {
 			return st, fmt.Errorf("rl update: %w", err)
 		}
@@ -311,7 +313,7 @@ func (u *Updater) sequenceLoss(ctx *mlctx.Context, x []*graph.Node) *graph.Node 
 func (u *Updater) LogProbs(samples []Sample) ([][]float32, error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	p, err := u.pack(samples)
+	p, err := u.pack(samples, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -321,7 +323,7 @@ func (u *Updater) LogProbs(samples []Sample) ([][]float32, error) {
 	}
 	lp := tensors.MustCopyFlatData[float32](out[0])
 	m := tensors.MustCopyFlatData[float32](p.mask)
-	t := len(lp) / p.rows
+	t := p.in.Shape().Dimensions[1]
 	res := make([][]float32, p.rows)
 	for i := range res {
 		for j := range t {

@@ -117,12 +117,12 @@ func TestPackTruncatesOldestPromptTokens(t *testing.T) {
 	for i := range long {
 		long[i] = 1 + i%50
 	}
-	p, err := u.pack([]Sample{{Prompt: long, Tokens: []int{7, 8, 9}}})
+	p, err := u.pack([]Sample{{Prompt: long, Tokens: []int{7, 8, 9}}}, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := p.in.Shape().Dimensions[1]; got != 64 {
-		t.Errorf("packed length = %d; want the model's 64", got)
+	if got := p.in.Shape().Dimensions; got[0] != 4 || got[1] != 64 {
+		t.Errorf("packed shape = %v; want [4 64]: padded rows, the model's context", got)
 	}
 	if p.tokens != 3 {
 		t.Errorf("masked tokens = %d; want 3", p.tokens)

@@ -19,14 +19,14 @@ func TestTrainerRunsEveryAlgorithmOnTheRealEngine(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains a small model")
 	}
-	f := newFixture(t, 40)
+	f := newFixture(t, 10)
 	pool := f.prompts(false, 8, 1)
 	ctx := context.Background()
 	for _, a := range Algorithms() {
 		t.Run(string(a), func(t *testing.T) {
 			cfg := tinyRun(a)
 			pc := DefaultPolicyConfig()
-			pc.Sampling.MaxTokens = 24
+			pc.Sampling.MaxTokens = 12
 			pol, err := NewModelPolicy(f.engine, f.tok, f.model.Config().MaxSeq, pc)
 			if err != nil {
 				t.Fatal(err)

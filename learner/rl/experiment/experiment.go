@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -35,6 +36,8 @@ type Config struct {
 	Seeds int `json:"seeds"`
 	// OutDir receives results.md, results.csv, the charts and models/.
 	OutDir string `json:"out_dir"`
+	// Only, when set, restricts the run to the variants of these names.
+	Only []string `json:"only,omitempty"`
 }
 
 // DefaultConfig runs the small profile with three seeds into ./experiment.
@@ -154,7 +157,11 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) (*Results, error)
 		return nil, err
 	}
 	defer stopUA()
-	res := &Results{Profile: prof, Seeds: cfg.Seeds, Variants: Variants(prof), Bootstrap: *boot, SFTSeconds: time.Since(start).Seconds()}
+	variants := Variants(prof)
+	if len(cfg.Only) > 0 {
+		variants = slices.DeleteFunc(variants, func(v Variant) bool { return !slices.Contains(cfg.Only, v.Name) })
+	}
+	res := &Results{Profile: prof, Seeds: cfg.Seeds, Variants: variants, Bootstrap: *boot, SFTSeconds: time.Since(start).Seconds()}
 	for _, v := range res.Variants {
 		for seed := 1; seed <= cfg.Seeds; seed++ {
 			row, err := e.run(ctx, v, seed)
@@ -358,8 +365,22 @@ func (e *env) run(ctx context.Context, v Variant, seed int) (Row, error) {
 		return row, err
 	}
 	uaEnv := rl.NewUserAgentEnv(e.ua, uint64(seed)*104729)
+	// Evaluations sample with fixed seeds (per seed index, not per step or
+	// variant): two evaluations differ only by the policy's weights.
+	evalWith := func(env rl.Environment, prompts []rl.Prompt) (rl.EvalResult, error) {
+		epc := pc
+		epc.Seed = uint64(seed)*31337 + 5
+		ep, err := rl.NewModelPolicy(eng, e.tok, model.Config().MaxSeq, epc)
+		if err != nil {
+			return rl.EvalResult{}, err
+		}
+		if _, ok := env.(*rl.UserAgentEnv); ok {
+			env = rl.NewUserAgentEnv(e.ua, uint64(seed)*7727+3)
+		}
+		return rl.Evaluate(ctx, ep, env, prompts, e.prof.EvalDepth, 0)
+	}
 	curvePoint := func(step int) error {
-		r, err := rl.Evaluate(ctx, pol, uaEnv, e.curve, e.prof.EvalDepth, 0)
+		r, err := evalWith(uaEnv, e.curve)
 		if err != nil {
 			return err
 		}
@@ -400,13 +421,13 @@ func (e *env) run(ctx context.Context, v Variant, seed int) (Row, error) {
 		}
 	}
 	row.PeakHeapMB = peak()
-	gt, err := rl.Evaluate(ctx, pol, e.players, e.eval, e.prof.EvalDepth, 0)
+	gt, err := evalWith(e.players, e.eval)
 	if err != nil {
 		return row, err
 	}
 	row.AvgL, row.AvgR = gt.AvgL, gt.AvgR
 	row.Dist1, row.Dist2 = learner.Distinct(gt.NPCTurns, 1), learner.Distinct(gt.NPCTurns, 2)
-	uaRes, err := rl.Evaluate(ctx, pol, uaEnv, e.eval, e.prof.EvalDepth, 0)
+	uaRes, err := evalWith(uaEnv, e.eval)
 	if err != nil {
 		return row, err
 	}
