@@ -109,21 +109,25 @@ func Decide(r Report, cfg GuardrailConfig) Decision {
 		}
 	}
 	d := Decision{Verdict: Hold, Checks: checks}
+	quiet := "no guardrail breached"
+	if !sessionsOK && !exchangesOK {
+		quiet = fmt.Sprintf("guardrails not judged yet (%d sessions per arm needed in the window)", cfg.MinSessions)
+	}
 	switch {
 	case len(breached) > 0:
 		d.Verdict = Rollback
 		d.Reason = fmt.Sprintf("guardrail breached over %v: %s", r.GuardrailWindow, strings.Join(breached, "; "))
 	case !cfg.AutoPromote:
-		d.Reason = "no guardrail breached; automatic promotion is off"
+		d.Reason = quiet + "; automatic promotion is off"
 	case r.Stable.AvgL.N < cfg.MinPromoteSessions || r.Canary.AvgL.N < cfg.MinPromoteSessions:
-		d.Reason = fmt.Sprintf("no guardrail breached; %d stable and %d canary sessions, %d each needed to promote",
-			r.Stable.AvgL.N, r.Canary.AvgL.N, cfg.MinPromoteSessions)
+		d.Reason = fmt.Sprintf("%s; %d stable and %d canary sessions, %d each needed to promote",
+			quiet, r.Stable.AvgL.N, r.Canary.AvgL.N, cfg.MinPromoteSessions)
 	case r.AvgL.Seq.Better:
 		d.Verdict = Promote
 		d.Reason = fmt.Sprintf("Avg.L %+.3g (always-valid CI %.3g to %.3g, p %.3g ≤ %.3g)",
 			r.AvgL.Diff, r.AvgL.Seq.Lo, r.AvgL.Seq.Hi, r.AvgL.Seq.P, r.AvgL.Seq.Alpha)
 	default:
-		d.Reason = fmt.Sprintf("no guardrail breached; the sequential test on Avg.L has not found the canary better (p %.3g)", r.AvgL.Seq.P)
+		d.Reason = fmt.Sprintf("%s; the sequential test on Avg.L has not found the canary better (p %.3g)", quiet, r.AvgL.Seq.P)
 	}
 	return d
 }
