@@ -38,7 +38,7 @@ func (s *Server) createSessionHandler(c echo.Context) error {
 	if err := s.limit(ctx, p.ClientID, req.PlayerID); err != nil {
 		return err
 	}
-	asg, _, err := s.router.Assign(ctx, req.PlayerID)
+	asg, err := s.router.Assign(ctx, req.PlayerID)
 	if err != nil {
 		return fmt.Errorf("assign policy: %w", err)
 	}
@@ -127,10 +127,11 @@ func (s *Server) messageHandler(c echo.Context) error {
 	verdict := s.guard.CheckInput(msg.Text)
 	var out generated
 	if verdict.Safety == schema.SafetyNone {
-		gen, err := s.router.Pinned(ctx, sess.PolicyVersion)
+		gen, release, err := s.router.Acquire(ctx, sess.PolicyVersion)
 		if err != nil {
 			return fmt.Errorf("engine of %s: %w", sess.PolicyVersion, err)
 		}
+		defer release()
 		tok := gen.Tokenizer()
 		prompt, err := buildPrompt(tok, persona, sess.History, msg.Text, gen.MaxSeq(), min(s.cfg.Sampling.MaxTokens, gen.MaxSeq()/2))
 		if err != nil {

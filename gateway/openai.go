@@ -41,10 +41,15 @@ func (s *Server) chatCompletionsHandler(c echo.Context) error {
 	if err := s.limit(ctx, p.ClientID, req.User); err != nil {
 		return err
 	}
-	asg, gen, err := s.router.Assign(ctx, req.User)
+	asg, err := s.router.Assign(ctx, req.User)
 	if err != nil {
 		return fmt.Errorf("assign policy: %w", err)
 	}
+	gen, release, err := s.router.Acquire(ctx, asg.PolicyVersion)
+	if err != nil {
+		return fmt.Errorf("engine of %s: %w", asg.PolicyVersion, err)
+	}
+	defer release()
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
 

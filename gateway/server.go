@@ -38,12 +38,19 @@ type Assignment struct {
 	ExperimentID  string
 }
 
-// Router chooses the policy of a new session and finds the engine serving a
-// pinned version. The rollout client implements it; without one the
-// gateway serves Deps.Engine as Config.PolicyVersion.
+// Router chooses the policy of a new session and lends out the engine of a
+// pinned version for one request. PoolRouter serves the versions of a
+// modelpool.Pool by the rollout state; without a Router the gateway serves
+// Deps.Engine as Config.PolicyVersion.
 type Router interface {
-	Assign(ctx context.Context, playerID string) (Assignment, Generator, error)
-	Pinned(ctx context.Context, version string) (Generator, error)
+	// Assign picks the version and arm a new session of playerID pins.
+	Assign(ctx context.Context, playerID string) (Assignment, error)
+	// Acquire returns the engine of version and a func to call once the
+	// request is done with it; errors wrap ErrUnavailable when it cannot be
+	// served now.
+	Acquire(ctx context.Context, version string) (Generator, func(), error)
+	// Ready reports why new sessions cannot be served yet, or nil.
+	Ready() error
 }
 
 // Deps are the running parts a Server uses.
@@ -296,8 +303,8 @@ func (s *Server) readyz(c echo.Context) error {
 	if err := s.rdb.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("%w: redis: %w", ErrUnavailable, err)
 	}
-	if s.static != nil && s.static.gen.Load() == nil {
-		return fmt.Errorf("%w: no model loaded", ErrUnavailable)
+	if err := s.router.Ready(); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return c.String(http.StatusOK, "ready\n")
 }
@@ -342,9 +349,17 @@ func (r *staticRouter) generator() (Generator, error) {
 	return *g, nil
 }
 
-func (r *staticRouter) Assign(context.Context, string) (Assignment, Generator, error) {
-	g, err := r.generator()
-	return Assignment{PolicyVersion: r.currentVersion()}, g, err
+func (r *staticRouter) Assign(context.Context, string) (Assignment, error) {
+	_, err := r.generator()
+	return Assignment{PolicyVersion: r.currentVersion()}, err
 }
 
-func (r *staticRouter) Pinned(context.Context, string) (Generator, error) { return r.generator() }
+func (r *staticRouter) Acquire(context.Context, string) (Generator, func(), error) {
+	g, err := r.generator()
+	return g, func() {}, err
+}
+
+func (r *staticRouter) Ready() error {
+	_, err := r.generator()
+	return err
+}
