@@ -18,7 +18,9 @@ import (
 // finds it (the pool reloads it if it was evicted and a slot is free).
 func PoolRouter(pool *modelpool.Pool[*inference.Engine]) Router { return poolRouter{pool} }
 
-type poolRouter struct{ pool *modelpool.Pool[*inference.Engine] }
+type poolRouter struct {
+	pool *modelpool.Pool[*inference.Engine]
+}
 
 func (r poolRouter) Assign(_ context.Context, playerID string) (Assignment, error) {
 	st := r.pool.Serving()
