@@ -176,7 +176,6 @@ func Analyze(experimentID string, sessions []Session, cfg Config, now time.Time)
 func armStats(arm string, sessions []Session, since time.Time) ArmStats {
 	a := ArmStats{Arm: arm}
 	var l, rw moments
-	var ls, rs []float64
 	all, win := rateAcc{}, rateAcc{}
 	for _, s := range sessions {
 		if s.Arm != arm {
@@ -196,10 +195,8 @@ func armStats(arm string, sessions []Session, since time.Time) ArmStats {
 			continue
 		}
 		l.add(float64(s.Turns))
-		ls = append(ls, float64(s.Turns))
 		if s.HasReward {
 			rw.add(s.Reward)
-			rs = append(rs, s.Reward)
 		}
 		all.session(s)
 		if !s.Ended.Before(since) {
