@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/labstack/echo/v4"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
@@ -285,5 +286,14 @@ func TestRedisDownIsUnavailable(t *testing.T) {
 	e.redis.Start()
 	if r := e.do("GET", "/readyz", "", nil); r.status != http.StatusOK {
 		t.Errorf("readyz after Redis returned = %d; want 200", r.status)
+	}
+}
+
+func TestPanicBecomesA500(t *testing.T) {
+	e := newEnv(t, nil)
+	e.srv.echo.GET("/boom", func(echo.Context) error { panic("boom") })
+	assertError(t, e.do("GET", "/boom", "", nil), http.StatusInternalServerError, "internal")
+	if r := e.do("GET", "/healthz", "", nil); r.status != http.StatusOK {
+		t.Errorf("healthz after a panic = %d; want 200", r.status)
 	}
 }
