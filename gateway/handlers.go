@@ -153,8 +153,10 @@ func (s *Server) messageHandler(c echo.Context) error {
 		s.log.Info("safety guard", "session_id", sess.ID, "rule", verdict.Rule)
 	}
 
+	// The reply is complete (and may have been streamed): record it even if
+	// the client goes away now.
 	x := schema.Exchange{Turn: sess.Turns + 1, User: msg.Text, NPC: reply, Safety: verdict.Safety}
-	ended, err := s.appendTurn(ctx, sess, x)
+	ended, err := s.appendTurn(context.WithoutCancel(ctx), sess, x)
 	if err != nil {
 		return sse.fail(s, err)
 	}
