@@ -191,27 +191,30 @@ func TestConcurrentChangesOneWins(t *testing.T) {
 	}
 	tests := []struct {
 		name string
-		req  func(i int) Request
+		req  func(i int, gen int64) Request
 		ok   []error // errors the losers may get
 	}{
-		{"promotes", func(i int) Request {
+		{"promotes", func(i int, _ int64) Request {
 			return Request{Action: ActionPromote, By: fmt.Sprintf("op%d", i)}
 		}, []error{ErrConflict, ErrTransition}},
-		{"canaries at one generation", func(i int) Request {
-			g := int64(3) // after init, canary, promote
-			return Request{Action: ActionCanary, Version: "v3", Weight: i + 1, By: fmt.Sprintf("op%d", i), Generation: &g}
+		{"canaries at one generation", func(i int, gen int64) Request {
+			return Request{Action: ActionCanary, Version: "v3", Weight: i + 1, By: fmt.Sprintf("op%d", i), Generation: &gen}
 		}, []error{ErrConflict}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			const n = 16
+			cur, err := c.Get(ctx, "npc")
+			if err != nil {
+				t.Fatal(err)
+			}
 			var wg sync.WaitGroup
 			start := make(chan struct{})
 			errs := make([]error, n)
 			for i := range n {
 				wg.Go(func() {
 					<-start
-					_, errs[i] = c.Apply(ctx, "npc", tt.req(i))
+					_, errs[i] = c.Apply(ctx, "npc", tt.req(i, cur.Generation))
 				})
 			}
 			close(start)
