@@ -350,7 +350,7 @@ type sftRun struct {
 	logger      *slog.Logger
 
 	losses          []float32
-	tokens          int64 // weighted tokens trained on, over the whole run
+	tokens          int64 // tokens trained on (padding aside), over the whole run
 	resumedFrom     int
 	tokensPerSecond float64
 	before          Metrics
@@ -414,12 +414,8 @@ func (r *sftRun) train(ctx context.Context, ckpt *checkpoint) error {
 			return fmt.Errorf("step %d: %w", step, err)
 		}
 		var n int64
-		for _, ws := range b.Weights {
-			for _, w := range ws[1:] {
-				if w > 0 {
-					n++
-				}
-			}
+		for _, seq := range b.Tokens {
+			n += int64(len(seq))
 		}
 		r.losses = append(r.losses, loss)
 		r.tokens += n

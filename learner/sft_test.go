@@ -170,3 +170,23 @@ func TestUserInstanceWeights(t *testing.T) {
 		}
 	}
 }
+
+// TestSFTLowersHeldOutPPL trains the tiny dialogue agent for a few dozen
+// steps: the held-out NPC turns must become much more likely.
+func TestSFTLowersHeldOutPPL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains a model: skipped in -short")
+	}
+	ds := generatedCorpus(t, 16, 3, 4, 6)
+	cfg := tinySFTConfig(t, RoleNPC)
+	cfg.Steps, cfg.CheckpointEvery, cfg.SkipEvalBefore = 40, 40, false
+	res, err := TrainSFT(context.Background(), cfg, ds, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("held-out NPC PPL %.1f → %.1f over %d tokens; loss %.3f → %.3f",
+		res.Before.PPL, res.After.PPL, res.After.Tokens, res.Losses[0], res.Losses[len(res.Losses)-1])
+	if res.After.PPL > 0.5*res.Before.PPL {
+		t.Errorf("held-out PPL %.1f → %.1f; want at least halved", res.Before.PPL, res.After.PPL)
+	}
+}
