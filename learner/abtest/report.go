@@ -139,6 +139,9 @@ type Comparison struct {
 // and the always-valid p-value is the running minimum of min(1, 1/Λ). The
 // always-valid (1−α) CI is the running intersection of
 // d ± √(v(v+τ²)/τ² · (2·ln(1/α) + ln((v+τ²)/v))).
+// v and τ use the sample variances at each look (a plug-in, as in Johari
+// et al.'s deployment), so the guarantee holds once the variances have
+// settled; SeqMinSessions keeps the first, noisiest looks out.
 type Sequential struct {
 	Looks int `json:"looks"`
 	// Tau is the mixing standard deviation at the last look, in metric units.
