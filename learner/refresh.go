@@ -94,12 +94,16 @@ func FidelityGate(tol float64) func(before, after Metrics) (bool, string) {
 type refreshState struct {
 	// TrainedUpTo is the store position up to which sessions have been
 	// part of a refresh window.
-	TrainedUpTo int       `json:"trained_up_to"`
-	Refreshes   int       `json:"refreshes"`
-	Published   int       `json:"published"`
-	LastAt      time.Time `json:"last_at"`
-	LastVersion string    `json:"last_version,omitempty"`
-	LastReason  string    `json:"last_reason,omitempty"`
+	TrainedUpTo int `json:"trained_up_to"`
+	// InProgressUpTo is the end of the window of a refresh that started
+	// and has not finished: a restart resumes it on the same window, so
+	// its checkpoints stay valid.
+	InProgressUpTo int       `json:"in_progress_up_to,omitempty"`
+	Refreshes      int       `json:"refreshes"`
+	Published      int       `json:"published"`
+	LastAt         time.Time `json:"last_at"`
+	LastVersion    string    `json:"last_version,omitempty"`
+	LastReason     string    `json:"last_reason,omitempty"`
 }
 
 // refresher fine-tunes the user agent on windows of the store.
@@ -183,10 +187,19 @@ func (r *refresher) run(ctx context.Context) error {
 // the last refresh plus a replay sample of older ones, and publishes the
 // result only if FidelityGate accepts it.
 func (r *refresher) refresh(ctx context.Context) (*SFTResult, error) {
-	upTo := r.store.Len()
+	upTo := r.state.InProgressUpTo
+	if upTo <= r.state.TrainedUpTo || upTo > r.store.Len() {
+		upTo = r.store.Len()
+	}
 	window := r.store.Range(r.state.TrainedUpTo, upTo)
 	if len(window) == 0 {
 		return nil, errors.New("refresh: no new sessions")
+	}
+	if r.state.InProgressUpTo != upTo {
+		r.state.InProgressUpTo = upTo
+		if err := r.save(); err != nil {
+			return nil, fmt.Errorf("refresh: %w", err)
+		}
 	}
 	older := r.store.Range(0, r.state.TrainedUpTo)
 	rng := rand.New(rand.NewPCG(r.cfg.SFT.Seed, uint64(r.state.Refreshes)+1))
@@ -207,16 +220,24 @@ func (r *refresher) refresh(ctx context.Context) (*SFTResult, error) {
 	cfg.SkipEvalBefore = false
 	r.logger.Info("user-agent refresh", "parent", parent, "new_sessions", upTo-r.state.TrainedUpTo, "replay", k)
 	res, err := TrainSFT(ctx, cfg, window, r.logger)
+	if errors.Is(err, ErrRunMismatch) {
+		// Checkpoints of this refresh under other settings: start it afresh.
+		r.logger.Warn("user-agent refresh: discarding checkpoints of other settings", "run", cfg.RunID)
+		if rerr := os.RemoveAll(filepath.Join(cfg.DataDir, cfg.RunID)); rerr != nil {
+			return nil, fmt.Errorf("refresh: %w", rerr)
+		}
+		res, err = TrainSFT(ctx, cfg, window, r.logger)
+	}
 	if errors.Is(err, errNoData) {
 		// Too few players to hold some out: wait for more sessions.
 		r.logger.Info("user-agent refresh postponed", "reason", err)
-		r.state.LastAt = r.now()
-		return nil, nil
+		r.state.LastAt, r.state.InProgressUpTo = r.now(), 0
+		return nil, r.save()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("refresh: %w", err)
 	}
-	r.state.TrainedUpTo, r.state.LastAt, r.state.LastReason = upTo, r.now(), res.GateReason
+	r.state.TrainedUpTo, r.state.InProgressUpTo, r.state.LastAt, r.state.LastReason = upTo, 0, r.now(), res.GateReason
 	r.state.Refreshes++
 	if res.Published {
 		r.state.Published++
