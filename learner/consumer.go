@@ -89,6 +89,7 @@ type ConsumerStats struct {
 	Stored    int // dialogues stored
 	Expired   int // sessions closed by the timeout
 	Commits   int // offset commits
+	Committed int // records whose offsets were committed
 }
 
 // Consumer reads parley.sessions.v1 in a consumer group, rebuilds whole
@@ -192,6 +193,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 		c.mu.Lock()
 		c.stats.Commits++
+		c.stats.Committed += len(msgs)
 		c.mu.Unlock()
 	}
 }

@@ -246,7 +246,7 @@ func TestConsumerResumesOpenSessions(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- c1.Run(ctx) }()
 	deadline := time.Now().Add(60 * time.Second)
-	for c1.Stats().Records < len(first) && time.Now().Before(deadline) {
+	for c1.Stats().Committed < len(first)+1 && time.Now().Before(deadline) { // +1: the junk record
 		time.Sleep(50 * time.Millisecond)
 	}
 	cancel()
