@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -43,7 +44,8 @@ type BenchConfig struct {
 	Logger  *slog.Logger
 }
 
-// DefaultBenchConfig measures 1, 16 and 64 sessions for 5 s each.
+// DefaultBenchConfig measures 1, 16 and 64 sessions for 5 s each (plus
+// the time the messages in flight at the end take).
 func DefaultBenchConfig() BenchConfig {
 	return BenchConfig{Concurrency: []int{1, 16, 64}, Duration: 5 * time.Second, Gateway: DefaultConfig()}
 }
@@ -222,8 +224,11 @@ func benchPoint(ctx context.Context, gcfg Config, cfg BenchConfig, gen Generator
 		return json.Unmarshal(rb, out)
 	}
 
-	runCtx, cancel := context.WithTimeout(ctx, cfg.Duration)
-	defer cancel()
+	// Sessions start messages until the duration is over; the messages in
+	// flight then finish and count, so that slow points still measure.
+	var stop atomic.Bool
+	timer := time.AfterFunc(cfg.Duration, func() { stop.Store(true) })
+	defer timer.Stop()
 	var mu sync.Mutex
 	var lat []time.Duration
 	errs := 0
@@ -235,20 +240,17 @@ func benchPoint(ctx context.Context, gcfg Config, cfg BenchConfig, gen Generator
 		go func() {
 			defer wg.Done()
 			var s schema.CreateSessionResponse
-			if err := post(runCtx, "/v1/sessions", schema.CreateSessionRequest{PlayerID: fmt.Sprintf("bench-%d", i)}, &s); err != nil {
+			if err := post(ctx, "/v1/sessions", schema.CreateSessionRequest{PlayerID: fmt.Sprintf("bench-%d", i)}, &s); err != nil {
 				mu.Lock()
 				errs, firstErr = errs+1, cmpErr(firstErr, err)
 				mu.Unlock()
 				return
 			}
-			for n := 0; runCtx.Err() == nil; n++ {
+			for n := 0; !stop.Load() && ctx.Err() == nil; n++ {
 				t0 := time.Now()
 				var m schema.MessageResponse
-				err := post(runCtx, "/v1/sessions/"+s.SessionID+"/messages", schema.MessageRequest{Text: benchMessages[n%len(benchMessages)]}, &m)
+				err := post(ctx, "/v1/sessions/"+s.SessionID+"/messages", schema.MessageRequest{Text: benchMessages[n%len(benchMessages)]}, &m)
 				d := time.Since(t0)
-				if runCtx.Err() != nil {
-					return // cut off by the end of the point; not counted
-				}
 				mu.Lock()
 				if err != nil {
 					errs, firstErr = errs+1, cmpErr(firstErr, err)
