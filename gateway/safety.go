@@ -11,14 +11,17 @@ import (
 // player message. Its rules, in order:
 //
 //  1. Crisis (before the model). A message that speaks of harming or killing
-//     oneself ("kill myself", "end my life", "suicidal", "want to die",
-//     "cut myself", "no reason to live", "better off dead", "overdose" ...)
+//     oneself ("kill myself", "end my life", "ending it all", "suicidal",
+//     "want to die", "cut myself", "no reason to live", "don't see the
+//     point of anything", "nobody would care if I was gone", "better off
+//     dead", "overdose" ...)
 //     is not sent to the model. The player gets CrisisReply, a supportive
 //     out-of-character message with crisis-line guidance, and the turn is
 //     logged with safety "crisis". The session goes on.
 //  2. Refusal (before the model). A jailbreak attempt ("ignore your previous
-//     instructions", "system prompt", "developer mode", "DAN", "you have no
-//     rules", "bypass your filters" ...) or a request for clearly illegal
+//     instructions", "system prompt", "hidden instructions", "developer
+//     mode", "DAN", "you have no rules", "pretend you are not an NPC",
+//     "admin password", "bypass your filters" ...) or a request for clearly illegal
 //     help (making bombs, explosives or drugs, buying or selling drugs,
 //     hacking into accounts, stealing cards or identities, laundering money,
 //     sexual content involving minors) is not sent to the model. The player
@@ -37,7 +40,8 @@ import (
 // normal in-character reply. Matching is on a normalised text: lower case,
 // common digit-for-letter substitutions undone (0→o, 1→i, 3→e, 4→a, 5→s,
 // 7→t, @→a, $→s), everything but letters and apostrophes turned into single
-// spaces. The rules are deliberately conservative keyword patterns: they
+// spaces, chat abbreviations expanded (u→you, wanna→want to, kms→kill
+// myself ...). The rules are deliberately conservative keyword patterns: they
 // miss paraphrases and may refuse some in-game talk of bombs; they are a
 // floor, not a classifier.
 type Guard struct{}
@@ -73,6 +77,9 @@ var (
 		`suicid(e|al)( thoughts?| note| plan)?|self ?harm(ing)?|` +
 		`(want|wanna|going|plan|planning|ready) (to )?die|wish i (was|were) dead|better off dead|` +
 		`(no|nothing) (reason|point) (to|in) (live|living|go on|going on)|don'?t want to (live|be alive|exist)|` +
+		`(don'?t|do not|can'?t|cannot) see (the|any) point (of|in) (anything|living|life|going on|it all)|` +
+		`(nobody|no one) (would|will) (care|notice|miss me) if i (was|were|am|'m) (gone|dead)|` +
+		`(nobody|no one) (would|will) (care|notice|miss me) if i (died|disappeared)|` +
 		`overdos(e|ing)|jump(ing)? off (a|the) (bridge|building|roof)` +
 		`)\b`)
 	// crisisExceptRE clears game talk that crisisRE would catch.
@@ -80,9 +87,10 @@ var (
 
 	jailbreakRE = regexp.MustCompile(`\b(` +
 		`(ignore|disregard|forget|override) (all |any |the |your |my )*(previous |prior |above |earlier |original )?(instructions|rules|prompts?|programming|guidelines)|` +
-		`(system|hidden|initial) prompt|reveal (your|the) (prompt|instructions)|` +
-		`developer mode|dan mode|do anything now|jailbr(eak|oken)|` +
-		`you (have|got) no (rules|restrictions|filters|limits)|without (any )?(rules|restrictions|filters|limits)|` +
+		`(system|hidden|secret|initial|original) (prompt|instructions)|reveal (your|the) (prompt|instructions|rules)|` +
+		`developer mode|dan mode|do anything now|jailbr(eak|oken)|(admin|administrator|root) password|` +
+		`(you|and|to) (have|got) no (rules|restrictions|filters|limits)|without (any )?(rules|restrictions|filters|limits)|` +
+		`pretend (you are|you're|to be) not an? (npc|character|ai|bot)|` +
 		`(bypass|disable|turn off) (your |the )?(safety|filters?|rules|guardrails)|` +
 		`act as an? (unfiltered|uncensored|unrestricted)|pretend (you are|to be|you're) (not an? )?(ai|chatbot|language model|an? unfiltered)` +
 		`)\b`)
@@ -97,9 +105,22 @@ var (
 	selfHarmOutputRE = regexp.MustCompile(`\b(kill (your ?self|urself)|kys|end your (own )?life|you should die|cut your ?self)\b`)
 )
 
+// chatSpeak expands the chat abbreviations players write (the simulator's
+// slang among them), so that the rules need only the full words.
+var chatSpeak = map[string]string{
+	"u": "you", "ur": "your", "r": "are", "ya": "you", "wanna": "want to", "gonna": "going to",
+	"dont": "don't", "cant": "can't", "im": "i'm", "ive": "i've", "kms": "kill myself", "kys": "kill yourself",
+}
+
 func normalize(s string) string {
 	s = leetReplacer.Replace(strings.ToLower(s))
-	return " " + strings.TrimSpace(nonLetterRE.ReplaceAllString(s, " ")) + " "
+	words := strings.Fields(nonLetterRE.ReplaceAllString(s, " "))
+	for i, w := range words {
+		if x, ok := chatSpeak[w]; ok {
+			words[i] = x
+		}
+	}
+	return " " + strings.Join(words, " ") + " "
 }
 
 // CheckInput judges a player's message before it reaches the model.
