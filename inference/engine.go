@@ -46,6 +46,11 @@ type EngineConfig struct {
 	// larger groups are faster per token but stall running decodes longer.
 	// 0 means 8.
 	PrefillBatch int `json:"prefill_batch"`
+	// Decoder is the numeric path of prefill and decode steps: DecoderCPU
+	// (plain Go, fastest on CPUs), DecoderGoMLX (the model's GoMLX backend,
+	// for accelerators) or "" to choose by the model's backend: CPU for
+	// the pure-Go backend, GoMLX otherwise.
+	Decoder string `json:"decoder,omitempty"`
 	// Meter receives the engine's metrics; nil disables them.
 	Meter metric.Meter `json:"-"`
 }
@@ -68,6 +73,8 @@ func (c EngineConfig) Validate() error {
 		return fmt.Errorf("engine config: score batch %d must be positive", c.ScoreBatch)
 	case c.PrefillBatch < 0:
 		return fmt.Errorf("engine config: prefill batch %d is negative", c.PrefillBatch)
+	case c.Decoder != "" && c.Decoder != DecoderCPU && c.Decoder != DecoderGoMLX:
+		return fmt.Errorf("engine config: decoder %q: want %q, %q or empty", c.Decoder, DecoderCPU, DecoderGoMLX)
 	}
 	return nil
 }
@@ -158,7 +165,7 @@ func NewEngine(m *Model, tok *Tokenizer, cfg EngineConfig, logger *slog.Logger) 
 	}
 	e := &Engine{
 		m: m, tok: tok, cfg: cfg, maxSeq: maxSeq, log: logger, met: met,
-		dec:   newGomlxDecoder(m),
+		dec:   newDecoder(m, cfg.Decoder),
 		queue: make(chan *job, cfg.QueueSize),
 		done:  make(chan struct{}),
 	}
@@ -166,6 +173,32 @@ func NewEngine(m *Model, tok *Tokenizer, cfg EngineConfig, logger *slog.Logger) 
 		e.stop = []int{id}
 	}
 	return e, nil
+}
+
+// Decoders of EngineConfig.Decoder.
+const (
+	DecoderCPU   = "cpu"
+	DecoderGoMLX = "gomlx"
+)
+
+// newDecoder returns the decoder named by name (see EngineConfig.Decoder).
+func newDecoder(m *Model, name string) decoder {
+	if name == "" {
+		name = m.DefaultDecoder()
+	}
+	if name == DecoderCPU {
+		return newCPUDecoder(m)
+	}
+	return newGomlxDecoder(m)
+}
+
+// DefaultDecoder is the decoder an engine uses for m when its config names
+// none: DecoderCPU on the pure-Go backend, DecoderGoMLX on XLA.
+func (m *Model) DefaultDecoder() string {
+	if m.bcfg.Name == "" || m.bcfg.Name == "go" {
+		return DecoderCPU
+	}
+	return DecoderGoMLX
 }
 
 // Tokenizer returns the tokenizer of the served model.

@@ -1,0 +1,395 @@
+package inference
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
+)
+
+// cpuDecoder is the decoder in plain Go for CPUs. GoMLX's pure-Go backend
+// re-lays-out the weights on every small-M matmul, which makes decode steps
+// several times slower than the arithmetic needs; this path keeps the
+// weights in the row layout its dot products read, streams each weight
+// once per step for the whole batch, and runs the matmuls and attention on
+// a fixed pool of goroutines. The math is Model.forward's (RMSNorm, rotary
+// positions, causal softmax attention, SwiGLU, tied head) and is checked
+// against gomlxDecoder in cpudecode_test.go.
+//
+// The weights are copied out of the Model when first needed and again
+// whenever a variable of the model has been given a new value (a Trainer
+// step, a restore), so an engine serving a model that is being trained, as
+// in RL, always decodes with the current weights, as the GoMLX path does.
+type cpuDecoder struct {
+	m    *Model
+	cfg  ModelConfig
+	vars []*mlctx.Variable
+	seen []*tensors.Tensor // the variables' values the weights were read from
+	w    *cpuWeights
+	pool *cpuPool
+
+	rows, length int
+	// k and v hold, per layer, the rotated keys and the values laid out
+	// [rows, heads, length, hd], so one head's positions are contiguous.
+	k, v [][]float32
+
+	s cpuScratch
+}
+
+// cpuWeights are the model's weights laid out for the CPU decoder.
+type cpuWeights struct {
+	emb    []float32 // [V, D], also the output head
+	norm   []float32 // [D]
+	layers []cpuLayer
+	// cos and sin are the rotary tables [MaxSeq, hd/2].
+	cos, sin []float32
+}
+
+// cpuLayer is one transformer block; matrices are [out, in].
+type cpuLayer struct {
+	attnNorm, mlpNorm []float32
+	qkv               []float32 // q, k and v projections stacked: [3D, D]
+	o                 []float32 // [D, D]
+	gateUp            []float32 // gate and up projections stacked: [2F, D]
+	down              []float32 // [D, F]
+}
+
+// cpuScratch holds the activations of one forward pass, grown as needed.
+type cpuScratch struct {
+	x, hn, qkv, att, gu, act []float32
+	head, logits             []float32
+}
+
+func newCPUDecoder(m *Model) *cpuDecoder {
+	return &cpuDecoder{m: m, cfg: m.cfg}
+}
+
+func (d *cpuDecoder) dims() (int, int) {
+	if d.k == nil {
+		return 0, 0
+	}
+	return d.rows, d.length
+}
+
+func (d *cpuDecoder) close() {
+	if d.pool != nil {
+		d.pool.close()
+		d.pool = nil
+	}
+	d.k, d.v, d.s = nil, nil, cpuScratch{}
+}
+
+// prepare starts the pool and (re)reads the weights if the model's
+// variables changed since they were read.
+func (d *cpuDecoder) prepare() error {
+	if d.pool == nil {
+		d.pool = newCPUPool(runtime.GOMAXPROCS(0) - 1)
+	}
+	if d.vars == nil {
+		for _, name := range d.m.names {
+			scope, vname := weightScope(name)
+			v := d.m.ctx.GetVariableByScopeAndName(scope, vname)
+			if v == nil {
+				return fmt.Errorf("read weight %q: not in context", name)
+			}
+			d.vars = append(d.vars, v)
+		}
+		d.seen = make([]*tensors.Tensor, len(d.vars))
+	}
+	changed := d.w == nil
+	for i, v := range d.vars {
+		t, err := v.Value()
+		if err != nil {
+			return fmt.Errorf("read weight %q: %w", d.m.names[i], err)
+		}
+		if t != d.seen[i] {
+			d.seen[i], changed = t, true
+		}
+	}
+	if !changed {
+		return nil
+	}
+	vals, _, err := d.m.Weights()
+	if err != nil {
+		return err
+	}
+	d.w = layOutCPUWeights(d.cfg, vals)
+	return nil
+}
+
+// layOutCPUWeights stacks the projections that read the same input, so one
+// pass over the batch computes them together, and tabulates the rotary
+// angles exactly as Model.newRope computes them.
+func layOutCPUWeights(c ModelConfig, vals map[string][]float32) *cpuWeights {
+	w := &cpuWeights{emb: vals["model.embed_tokens.weight"], norm: vals["model.norm.weight"]}
+	for i := range c.Layers {
+		p := fmt.Sprintf("model.layers.%d.", i)
+		cat := func(names ...string) []float32 {
+			var out []float32
+			for _, n := range names {
+				out = append(out, vals[p+n]...)
+			}
+			return out
+		}
+		w.layers = append(w.layers, cpuLayer{
+			attnNorm: vals[p+"input_layernorm.weight"],
+			mlpNorm:  vals[p+"post_attention_layernorm.weight"],
+			qkv:      cat("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"),
+			o:        vals[p+"self_attn.o_proj.weight"],
+			gateUp:   cat("mlp.gate_proj.weight", "mlp.up_proj.weight"),
+			down:     vals[p+"mlp.down_proj.weight"],
+		})
+	}
+	hd := c.HeadDim()
+	half := hd / 2
+	w.cos = make([]float32, c.MaxSeq*half)
+	w.sin = make([]float32, c.MaxSeq*half)
+	for i := range half {
+		inv := float32(1 / math.Pow(c.RopeBase, float64(2*i)/float64(hd)))
+		for p := range c.MaxSeq {
+			ang := float64(float32(p) * inv)
+			w.cos[p*half+i] = float32(math.Cos(ang))
+			w.sin[p*half+i] = float32(math.Sin(ang))
+		}
+	}
+	return w
+}
+
+func (d *cpuDecoder) resize(src []int, rows, length int) error {
+	if len(src) != rows || rows < 1 || length < 1 || length > d.cfg.MaxSeq {
+		return fmt.Errorf("resize cache to %d×%d with %d sources: bad shape", rows, length, len(src))
+	}
+	for _, s := range src {
+		if d.k != nil && s >= d.rows {
+			return fmt.Errorf("resize cache: source row %d of %d", s, d.rows)
+		}
+	}
+	c := d.cfg
+	hd := c.HeadDim()
+	size := rows * c.Heads * length * hd
+	k, v := make([][]float32, c.Layers), make([][]float32, c.Layers)
+	keep := min(length, d.length) * hd
+	for l := range c.Layers {
+		k[l], v[l] = make([]float32, size), make([]float32, size)
+		if d.k == nil {
+			continue
+		}
+		for r, s := range src {
+			if s < 0 {
+				continue
+			}
+			for h := range c.Heads {
+				to := (r*c.Heads + h) * length * hd
+				from := (s*c.Heads + h) * d.length * hd
+				copy(k[l][to:to+keep], d.k[l][from:from+keep])
+				copy(v[l][to:to+keep], d.v[l][from:from+keep])
+			}
+		}
+	}
+	d.k, d.v, d.rows, d.length = k, v, rows, length
+	return nil
+}
+
+func (d *cpuDecoder) prefill(rows []int, prompts [][]int) ([]float32, error) {
+	if len(rows) != len(prompts) || len(rows) == 0 {
+		return nil, fmt.Errorf("prefill %d prompts into %d rows", len(prompts), len(rows))
+	}
+	if d.k == nil {
+		return nil, errors.New("prefill: no cache laid out")
+	}
+	if err := d.prepare(); err != nil {
+		return nil, fmt.Errorf("prefill: %w", err)
+	}
+	used := make([]bool, d.rows)
+	var toks, tokRows, tokPos, last []int
+	for j, r := range rows {
+		if r < 0 || r >= d.rows || used[r] {
+			return nil, fmt.Errorf("prefill into row %d of %d (twice or out of range)", r, d.rows)
+		}
+		used[r] = true
+		p := prompts[j]
+		if len(p) == 0 || len(p) > d.length {
+			return nil, fmt.Errorf("prefill %d tokens into a cache of %d: %w", len(p), d.length, ErrTooLong)
+		}
+		for i, id := range p {
+			if id < 0 || id >= d.cfg.VocabSize {
+				return nil, fmt.Errorf("prefill: token id %d outside vocabulary of %d", id, d.cfg.VocabSize)
+			}
+			toks, tokRows, tokPos = append(toks, id), append(tokRows, r), append(tokPos, i)
+		}
+		last = append(last, len(toks)-1)
+	}
+	out := make([]float32, len(rows)*d.cfg.VocabSize)
+	d.forward(toks, tokRows, tokPos, last, out)
+	return out, nil
+}
+
+func (d *cpuDecoder) step(tokens, positions []int32, active []bool) ([]float32, error) {
+	if len(tokens) != d.rows || len(positions) != d.rows || len(active) != d.rows || d.k == nil {
+		return nil, fmt.Errorf("step %d tokens, %d positions, %d flags for %d rows", len(tokens), len(positions), len(active), d.rows)
+	}
+	var toks, rows, pos, sel []int
+	for i, p := range positions {
+		if p < 0 || int(p) >= d.length {
+			return nil, fmt.Errorf("step row %d at position %d of %d: %w", i, p, d.length, ErrTooLong)
+		}
+		if !active[i] {
+			continue
+		}
+		if tokens[i] < 0 || int(tokens[i]) >= d.cfg.VocabSize {
+			return nil, fmt.Errorf("step row %d: token id %d outside vocabulary of %d", i, tokens[i], d.cfg.VocabSize)
+		}
+		sel = append(sel, len(toks))
+		toks, rows, pos = append(toks, int(tokens[i])), append(rows, i), append(pos, int(p))
+	}
+	if err := d.prepare(); err != nil {
+		return nil, fmt.Errorf("decode step: %w", err)
+	}
+	V := d.cfg.VocabSize
+	out := make([]float32, d.rows*V)
+	if len(toks) == 0 {
+		return out, nil
+	}
+	logits := grow(&d.s.logits, len(toks)*V)
+	d.forward(toks, rows, pos, sel, logits)
+	for j, r := range rows {
+		copy(out[r*V:(r+1)*V], logits[j*V:(j+1)*V])
+	}
+	return out, nil
+}
+
+// grow returns (*buf)[:n], reallocating when it is too short.
+func grow(buf *[]float32, n int) []float32 {
+	if cap(*buf) < n {
+		*buf = make([]float32, n)
+	}
+	*buf = (*buf)[:n]
+	return *buf
+}
+
+// matmul computes y [n, out] (+)= x [n, in] · wᵀ for w [out, in] on the
+// pool, split over the output rows.
+func (d *cpuDecoder) matmul(y, x, w []float32, n, in, out int, add bool) {
+	if n*in*out < 1<<15 {
+		matmulRows(y, x, w, n, in, out, 0, out, add)
+		return
+	}
+	grain := max(4, (out/8+3)/4*4)
+	d.pool.run(out, grain, func(lo, hi int) {
+		matmulRows(y, x, w, n, in, out, lo, hi, add)
+	})
+}
+
+// forward feeds token toks[j] at position pos[j] of cache row rows[j],
+// writing its key and value into the cache, and puts into logits [len(sel),
+// V] the next-token logits after tokens sel. Tokens of one row must come in
+// position order; each attends to the cache up to its own position, so the
+// tokens of a prompt can be fed together.
+func (d *cpuDecoder) forward(toks, rows, pos, sel []int, logits []float32) {
+	c := d.cfg
+	n, D, F, H, hd := len(toks), c.Dim, c.FFNDim, c.Heads, c.HeadDim()
+	half := hd / 2
+	eps := float32(c.NormEps)
+	w := d.w
+	x := grow(&d.s.x, n*D)
+	hn := grow(&d.s.hn, n*D)
+	qkv := grow(&d.s.qkv, n*3*D)
+	att := grow(&d.s.att, n*D)
+	gu := grow(&d.s.gu, n*2*F)
+	act := grow(&d.s.act, n*F)
+	for j, id := range toks {
+		copy(x[j*D:(j+1)*D], w.emb[id*D:(id+1)*D])
+	}
+	scale := float32(1 / math.Sqrt(float64(hd)))
+	tokGrain := max(1, n/16)
+	for l, ly := range w.layers {
+		kc, vc := d.k[l], d.v[l]
+		for j := range n {
+			rmsNormRow(hn[j*D:(j+1)*D], x[j*D:(j+1)*D], ly.attnNorm, eps)
+		}
+		d.matmul(qkv, hn, ly.qkv, n, D, 3*D, false)
+		// Rotate queries and keys, write keys and values to the cache.
+		d.pool.run(n, tokGrain, func(lo, hi int) {
+			for j := lo; j < hi; j++ {
+				cs := w.cos[pos[j]*half : (pos[j]+1)*half]
+				sn := w.sin[pos[j]*half : (pos[j]+1)*half]
+				t := qkv[j*3*D : (j+1)*3*D]
+				for h := range H {
+					rotate(t[h*hd:(h+1)*hd], cs, sn)
+					kh := t[D+h*hd : D+(h+1)*hd]
+					rotate(kh, cs, sn)
+					at := ((rows[j]*H+h)*d.length + pos[j]) * hd
+					copy(kc[at:at+hd], kh)
+					copy(vc[at:at+hd], t[2*D+h*hd:2*D+(h+1)*hd])
+				}
+			}
+		})
+		// Causal attention of each token over its row's cache.
+		d.pool.run(n, tokGrain, func(lo, hi int) {
+			scores := make([]float32, d.length)
+			for j := lo; j < hi; j++ {
+				for h := range H {
+					q := qkv[j*3*D+h*hd : j*3*D+(h+1)*hd]
+					base := (rows[j]*H + h) * d.length * hd
+					attendRow(att[j*D+h*hd:j*D+(h+1)*hd], q, kc[base:], vc[base:], scores[:pos[j]+1], scale)
+				}
+			}
+		})
+		d.matmul(x, att, ly.o, n, D, D, true)
+		for j := range n {
+			rmsNormRow(hn[j*D:(j+1)*D], x[j*D:(j+1)*D], ly.mlpNorm, eps)
+		}
+		d.matmul(gu, hn, ly.gateUp, n, D, 2*F, false)
+		for j := range n {
+			g, u, a := gu[j*2*F:j*2*F+F], gu[j*2*F+F:(j+1)*2*F], act[j*F:(j+1)*F]
+			for i, gv := range g {
+				a[i] = gv * sigmoid(gv) * u[i]
+			}
+		}
+		d.matmul(x, act, ly.down, n, F, D, true)
+	}
+	hs := grow(&d.s.head, len(sel)*D)
+	for k, j := range sel {
+		rmsNormRow(hs[k*D:(k+1)*D], x[j*D:(j+1)*D], w.norm, eps)
+	}
+	d.matmul(logits, hs, w.emb, len(sel), D, c.VocabSize, false)
+}
+
+// rotate applies the rotary embedding to one head x [hd] in place:
+// x·cos + rotate_half(x)·sin with rotate_half(x) = [-x₂, x₁].
+func rotate(x, cs, sn []float32) {
+	half := len(cs)
+	x1, x2 := x[:half], x[half:2*half]
+	sn = sn[:half]
+	for i, c := range cs {
+		a, b := x1[i], x2[i]
+		x1[i] = a*c - b*sn[i]
+		x2[i] = b*c + a*sn[i]
+	}
+}
+
+// attendRow writes softmax(q·kᵀ·scale)·v to out for one head over the
+// len(scores) first positions of k and v ([positions, hd], contiguous).
+func attendRow(out, q, k, v, scores []float32, scale float32) {
+	hd := len(q)
+	mx := float32(math.Inf(-1))
+	for t := range scores {
+		s := dot(q, k[t*hd:(t+1)*hd]) * scale
+		scores[t] = s
+		mx = max(mx, s)
+	}
+	var sum float32
+	for t, s := range scores {
+		e := float32(math.Exp(float64(s - mx)))
+		scores[t] = e
+		sum += e
+	}
+	clear(out)
+	inv := 1 / sum
+	for t, p := range scores {
+		axpy(out, p*inv, v[t*hd:(t+1)*hd])
+	}
+}

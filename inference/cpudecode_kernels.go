@@ -1,0 +1,221 @@
+package inference
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+)
+
+// cpuPool is a fixed set of helper goroutines that share the chunks of one
+// parallel loop at a time with the calling goroutine. Chunks are claimed
+// from an atomic counter, so a helper that is slow to wake (other processes
+// on the machine) costs nothing: the caller takes its chunks and never waits
+// for a helper that has not started.
+type cpuPool struct {
+	jobs chan *cpuJob
+	quit chan struct{}
+	wg   sync.WaitGroup
+}
+
+// cpuJob is one parallel loop over [0, n) in chunks of grain.
+type cpuJob struct {
+	n, grain int
+	fn       func(lo, hi int)
+	next     atomic.Int64 // start of the next unclaimed chunk
+	left     atomic.Int64 // chunks not yet finished
+	fin      chan struct{}
+}
+
+// newCPUPool starts helpers goroutines; with none, loops run in the caller.
+func newCPUPool(helpers int) *cpuPool {
+	p := &cpuPool{jobs: make(chan *cpuJob, max(helpers, 1)), quit: make(chan struct{})}
+	for range helpers {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			for {
+				select {
+				case j := <-p.jobs:
+					j.work()
+				case <-p.quit:
+					return
+				}
+			}
+		}()
+	}
+	return p
+}
+
+// close stops the helpers.
+func (p *cpuPool) close() {
+	close(p.quit)
+	p.wg.Wait()
+}
+
+// run calls fn over [0, n) in chunks of grain, in parallel, and returns when
+// every chunk is done.
+func (p *cpuPool) run(n, grain int, fn func(lo, hi int)) {
+	if n <= 0 {
+		return
+	}
+	grain = max(grain, 1)
+	chunks := (n + grain - 1) / grain
+	if chunks == 1 || cap(p.jobs) == 0 {
+		fn(0, n)
+		return
+	}
+	j := &cpuJob{n: n, grain: grain, fn: fn, fin: make(chan struct{})}
+	j.left.Store(int64(chunks))
+	for range min(chunks-1, cap(p.jobs)) {
+		select {
+		case p.jobs <- j:
+		default: // helpers still busy with stale jobs: do it here
+		}
+	}
+	j.work()
+	<-j.fin
+}
+
+// work claims and runs chunks until none is left.
+func (j *cpuJob) work() {
+	for {
+		lo := int(j.next.Add(int64(j.grain))) - j.grain
+		if lo >= j.n {
+			return
+		}
+		j.fn(lo, min(lo+j.grain, j.n))
+		if j.left.Add(-1) == 0 {
+			close(j.fin)
+		}
+	}
+}
+
+// matmulRows computes y[b, o] (+)= Σ_i x[b, i]·w[o, i] for b < n and
+// o in [o0, o1): x is [n, in], w is [out, in] (PyTorch's linear layout, rows
+// read contiguously), y is [n, out]. With add it accumulates into y (a
+// residual connection). The batch is processed in blocks for each group of
+// four weight rows, so each weight is read from memory once per call
+// whatever n is: that is what makes a larger decode batch nearly free.
+func matmulRows(y, x, w []float32, n, in, out, o0, o1 int, add bool) {
+	const bBlock = 32 // rows of x kept hot in cache across weight rows
+	for b0 := 0; b0 < n; b0 += bBlock {
+		b1 := min(b0+bBlock, n)
+		o := o0
+		for ; o+4 <= o1; o += 4 {
+			w0 := w[o*in : o*in+in]
+			w1 := w[(o+1)*in : (o+1)*in+in]
+			w2 := w[(o+2)*in : (o+2)*in+in]
+			w3 := w[(o+3)*in : (o+3)*in+in]
+			b := b0
+			for ; b+2 <= b1; b += 2 {
+				s00, s01, s02, s03, s10, s11, s12, s13 := dot4x2(w0, w1, w2, w3, x[b*in:b*in+in], x[(b+1)*in:(b+1)*in+in])
+				store4(y[b*out+o:b*out+o+4], s00, s01, s02, s03, add)
+				store4(y[(b+1)*out+o:(b+1)*out+o+4], s10, s11, s12, s13, add)
+			}
+			if b < b1 {
+				s0, s1, s2, s3 := dot4x1(w0, w1, w2, w3, x[b*in:b*in+in])
+				store4(y[b*out+o:b*out+o+4], s0, s1, s2, s3, add)
+			}
+		}
+		for ; o < o1; o++ {
+			wo := w[o*in : o*in+in]
+			for b := b0; b < b1; b++ {
+				s := dot(wo, x[b*in:b*in+in])
+				if add {
+					y[b*out+o] += s
+				} else {
+					y[b*out+o] = s
+				}
+			}
+		}
+	}
+}
+
+func store4(y []float32, s0, s1, s2, s3 float32, add bool) {
+	y = y[:4]
+	if add {
+		y[0] += s0
+		y[1] += s1
+		y[2] += s2
+		y[3] += s3
+		return
+	}
+	y[0], y[1], y[2], y[3] = s0, s1, s2, s3
+}
+
+// dot4x2 returns the dot products of four weight rows with two inputs of
+// the same length: eight independent accumulators keep the FP units busy.
+func dot4x2(w0, w1, w2, w3, x0, x1 []float32) (s00, s01, s02, s03, s10, s11, s12, s13 float32) {
+	n := len(x0)
+	w0, w1, w2, w3, x1 = w0[:n], w1[:n], w2[:n], w3[:n], x1[:n]
+	for i, a := range x0 {
+		b := x1[i]
+		v0, v1, v2, v3 := w0[i], w1[i], w2[i], w3[i]
+		s00 += v0 * a
+		s01 += v1 * a
+		s02 += v2 * a
+		s03 += v3 * a
+		s10 += v0 * b
+		s11 += v1 * b
+		s12 += v2 * b
+		s13 += v3 * b
+	}
+	return
+}
+
+// dot4x1 is dot4x2 for a single input.
+func dot4x1(w0, w1, w2, w3, x []float32) (s0, s1, s2, s3 float32) {
+	n := len(x)
+	w0, w1, w2, w3 = w0[:n], w1[:n], w2[:n], w3[:n]
+	for i, a := range x {
+		s0 += w0[i] * a
+		s1 += w1[i] * a
+		s2 += w2[i] * a
+		s3 += w3[i] * a
+	}
+	return
+}
+
+// dot returns Σ a[i]·b[i] with four accumulators.
+func dot(a, b []float32) float32 {
+	n := len(a)
+	b = b[:n]
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= n; i += 4 {
+		s0 += a[i] * b[i]
+		s1 += a[i+1] * b[i+1]
+		s2 += a[i+2] * b[i+2]
+		s3 += a[i+3] * b[i+3]
+	}
+	for ; i < n; i++ {
+		s0 += a[i] * b[i]
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// axpy does y += a·x.
+func axpy(y []float32, a float32, x []float32) {
+	x = x[:len(y)]
+	for i := range y {
+		y[i] += a * x[i]
+	}
+}
+
+// rmsNormRow writes x / √(mean(x²) + eps) · w to dst, as Model.rmsNorm.
+func rmsNormRow(dst, x, w []float32, eps float32) {
+	x, w = x[:len(dst)], w[:len(dst)]
+	var ss float32
+	for _, v := range x {
+		ss += v * v
+	}
+	inv := 1 / float32(math.Sqrt(float64(ss/float32(len(x))+eps)))
+	for i, v := range x {
+		dst[i] = v * inv * w[i]
+	}
+}
+
+// sigmoid is 1 / (1 + e^-x).
+func sigmoid(x float32) float32 {
+	return float32(1 / (1 + math.Exp(-float64(x))))
+}

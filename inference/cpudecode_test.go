@@ -1,0 +1,387 @@
+package inference
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync/atomic"
+	"testing"
+)
+
+// oddConfig has sizes that are not multiples of the kernels' blocks.
+func oddConfig() ModelConfig {
+	c := DefaultModelConfig()
+	c.VocabSize, c.Dim, c.Layers, c.Heads, c.FFNDim, c.MaxSeq = 67, 30, 3, 3, 43, 64
+	return c
+}
+
+func TestMatmulRowsMatchesNaive(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, tc := range []struct{ n, in, out, o0, o1 int }{
+		{1, 1, 1, 0, 1}, {1, 7, 5, 0, 5}, {2, 8, 4, 0, 4}, {3, 13, 9, 2, 9},
+		{5, 30, 67, 0, 67}, {33, 17, 11, 4, 10}, {70, 9, 6, 0, 6},
+	} {
+		for _, add := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%dx%dx%d[%d:%d]add=%v", tc.n, tc.in, tc.out, tc.o0, tc.o1, add), func(t *testing.T) {
+				x, w := randSlice(rng, tc.n*tc.in), randSlice(rng, tc.out*tc.in)
+				y0 := randSlice(rng, tc.n*tc.out)
+				got := slices.Clone(y0)
+				matmulRows(got, x, w, tc.n, tc.in, tc.out, tc.o0, tc.o1, add)
+				for b := range tc.n {
+					for o := range tc.out {
+						want := y0[b*tc.out+o]
+						if o >= tc.o0 && o < tc.o1 {
+							s := float32(0)
+							for i := range tc.in {
+								s += x[b*tc.in+i] * w[o*tc.in+i]
+							}
+							if add {
+								want += s
+							} else {
+								want = s
+							}
+						}
+						if d := float64(got[b*tc.out+o] - want); d > 1e-5 || d < -1e-5 {
+							t.Fatalf("y[%d,%d] = %g; want %g", b, o, got[b*tc.out+o], want)
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// newRandomModel has normal weights of the given std and norms around 1:
+// larger than NewModel's, so logits and attention are far from uniform and
+// a wrong detail in the math shows.
+func newRandomModel(cfg ModelConfig, std float64, seed uint64) (*Model, error) {
+	rng := rand.New(rand.NewPCG(seed, 11))
+	names, sh := weightShapes(cfg)
+	vals := map[string][]float32{}
+	for _, name := range names {
+		n := 1
+		for _, d := range sh[name] {
+			n *= d
+		}
+		v := randSlice(rng, n)
+		for i := range v {
+			if len(sh[name]) == 1 {
+				v[i] = 1 + 0.2*v[i]
+			} else {
+				v[i] *= float32(std)
+			}
+		}
+		vals[name] = v
+	}
+	return newModelWithWeights(cfg, DefaultBackendConfig(), vals)
+}
+
+func randSlice(rng *rand.Rand, n int) []float32 {
+	s := make([]float32, n)
+	for i := range s {
+		s[i] = float32(rng.NormFloat64())
+	}
+	return s
+}
+
+func TestCPUPoolRunsEveryIndexOnce(t *testing.T) {
+	for _, helpers := range []int{0, 1, 3} {
+		p := newCPUPool(helpers)
+		for _, tc := range []struct{ n, grain int }{{1, 1}, {10, 3}, {100, 1}, {1000, 64}, {7, 100}} {
+			hits := make([]atomic.Int32, tc.n)
+			for range 20 {
+				p.run(tc.n, tc.grain, func(lo, hi int) {
+					for i := lo; i < hi; i++ {
+						hits[i].Add(1)
+					}
+				})
+			}
+			for i := range hits {
+				if got := hits[i].Load(); got != 20 {
+					t.Fatalf("helpers %d, n %d, grain %d: index %d ran %d times; want 20", helpers, tc.n, tc.grain, i, got)
+				}
+			}
+		}
+		p.close()
+	}
+}
+
+// decoderPair drives the GoMLX and the CPU decoder through the same calls
+// and fails the test when their logits differ.
+type decoderPair struct {
+	t        *testing.T
+	v        int
+	ref, cpu decoder
+	// worst is the largest difference seen, scale the largest |logit|.
+	worst, scale float64
+}
+
+const parityTol = 1e-4
+
+func newDecoderPair(t *testing.T, m *Model) *decoderPair {
+	p := &decoderPair{t: t, v: m.Config().VocabSize, ref: newGomlxDecoder(m), cpu: newCPUDecoder(m)}
+	t.Cleanup(func() {
+		p.ref.close()
+		p.cpu.close()
+		t.Logf("max |cpu - gomlx| = %.3g over logits up to %.3g", p.worst, p.scale)
+	})
+	return p
+}
+
+func (p *decoderPair) resize(src []int, rows, length int) {
+	p.t.Helper()
+	if err := p.ref.resize(src, rows, length); err != nil {
+		p.t.Fatalf("gomlx resize: %v", err)
+	}
+	if err := p.cpu.resize(src, rows, length); err != nil {
+		p.t.Fatalf("cpu resize: %v", err)
+	}
+	r1, l1 := p.ref.dims()
+	r2, l2 := p.cpu.dims()
+	if r1 != r2 || l1 != l2 {
+		p.t.Fatalf("dims: cpu %d×%d; gomlx %d×%d", r2, l2, r1, l1)
+	}
+}
+
+// compare checks the logits of the rows that matter.
+func (p *decoderPair) compare(what string, want, got []float32, rows []int) {
+	p.t.Helper()
+	if len(got) != len(want) {
+		p.t.Fatalf("%s: cpu gave %d logits; gomlx %d", what, len(got), len(want))
+	}
+	for _, r := range rows {
+		w, g := want[r*p.v:(r+1)*p.v], got[r*p.v:(r+1)*p.v]
+		d := maxAbsDiff(g, w)
+		p.worst = max(p.worst, d)
+		for _, x := range w {
+			p.scale = max(p.scale, math.Abs(float64(x)))
+		}
+		if d > parityTol {
+			p.t.Fatalf("%s: row %d: max |cpu - gomlx| = %g; want < %g", what, r, d, parityTol)
+		}
+	}
+}
+
+func (p *decoderPair) prefill(rows []int, prompts [][]int) []float32 {
+	p.t.Helper()
+	want, err := p.ref.prefill(rows, prompts)
+	if err != nil {
+		p.t.Fatalf("gomlx prefill: %v", err)
+	}
+	got, err := p.cpu.prefill(rows, prompts)
+	if err != nil {
+		p.t.Fatalf("cpu prefill: %v", err)
+	}
+	idx := make([]int, len(rows))
+	for i := range idx {
+		idx[i] = i
+	}
+	p.compare(fmt.Sprintf("prefill into rows %v", rows), want, got, idx)
+	return got
+}
+
+func (p *decoderPair) step(tokens, pos []int32, active []bool) []float32 {
+	p.t.Helper()
+	want, err := p.ref.step(tokens, pos, active)
+	if err != nil {
+		p.t.Fatalf("gomlx step: %v", err)
+	}
+	got, err := p.cpu.step(tokens, pos, active)
+	if err != nil {
+		p.t.Fatalf("cpu step: %v", err)
+	}
+	var rows []int
+	for r, a := range active {
+		if a {
+			rows = append(rows, r)
+		}
+	}
+	p.compare(fmt.Sprintf("step of rows %v at %v", rows, pos), want, got, rows)
+	return got
+}
+
+// TestCPUDecoderMatchesGoMLX runs both decoders through prefills of random
+// prompts in several batch compositions, decode steps with rows joining and
+// leaving, and cache re-layouts, and compares every logit.
+func TestCPUDecoderMatchesGoMLX(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  ModelConfig
+		std  float64
+	}{
+		{"tiny", tinyConfig(), 0},
+		{"odd sizes", oddConfig(), 0},
+		{"sharp weights", tinyConfig(), 0.25},
+		{"odd sizes sharp weights", oddConfig(), 0.2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := NewModel(tc.cfg, DefaultBackendConfig(), 7)
+			if tc.std > 0 {
+				m, err = newRandomModel(tc.cfg, tc.std, 7)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			runDecoderParity(t, m, rand.New(rand.NewPCG(3, 4)))
+		})
+	}
+}
+
+func runDecoderParity(t *testing.T, m *Model, rng *rand.Rand) {
+	V := m.Config().VocabSize
+	p := newDecoderPair(t, m)
+	randPrompt := func(n int) []int {
+		s := make([]int, n)
+		for i := range s {
+			s[i] = rng.IntN(V)
+		}
+		return s
+	}
+	// seqs[r] is the sequence in cache row r (nil: free row).
+	seqs := make([][]int, 4)
+	p.resize([]int{-1, -1, -1, -1}, 4, 32)
+	admit := func(rows []int, lens []int) {
+		t.Helper()
+		prompts := make([][]int, len(rows))
+		for i, n := range lens {
+			prompts[i] = randPrompt(n)
+		}
+		logits := p.prefill(rows, prompts)
+		for i, r := range rows {
+			seqs[r] = append(prompts[i], argmax(logits[i*V:(i+1)*V]))
+		}
+	}
+	steps := func(n int) {
+		t.Helper()
+		for range n {
+			rows := len(seqs)
+			toks, pos, active := make([]int32, rows), make([]int32, rows), make([]bool, rows)
+			for r, s := range seqs {
+				if s != nil {
+					toks[r], pos[r], active[r] = int32(s[len(s)-1]), int32(len(s)-1), true
+				}
+			}
+			logits := p.step(toks, pos, active)
+			for r, s := range seqs {
+				if s != nil {
+					seqs[r] = append(s, argmax(logits[r*V:(r+1)*V]))
+				}
+			}
+		}
+	}
+	// A single prompt, then a batch of prompts of different lengths given
+	// out of row order into the free rows.
+	admit([]int{1}, []int{9})
+	steps(3)
+	admit([]int{3, 0}, []int{1, 17})
+	steps(4)
+	// Row 1 leaves; a new prompt reuses it while the others decode on.
+	seqs[1] = nil
+	admit([]int{1}, []int{5})
+	steps(2)
+	// The batch grows: rows move and the cache gets longer.
+	p.resize([]int{3, 1, -1, 0, -1, -1, -1, -1}, 8, 64)
+	seqs = [][]int{seqs[3], seqs[1], nil, seqs[0], nil, nil, nil, nil}
+	admit([]int{6, 2, 4, 7}, []int{2, 30, 11, 1})
+	steps(5)
+	// Rows leave and the cache shrinks to fewer rows.
+	p.resize([]int{2, 6, 3, 1}, 4, 64)
+	seqs = [][]int{seqs[2], seqs[6], seqs[3], seqs[1]}
+	seqs[1] = nil
+	steps(6)
+}
+
+// TestCPUDecoderFollowsTraining checks that the CPU decoder decodes with the
+// model's current weights after a Trainer changed them in place, as the
+// GoMLX decoder does (RL samples from the policy it is training).
+func TestCPUDecoderFollowsTraining(t *testing.T) {
+	m := newTinyModel(t, 9)
+	p := newDecoderPair(t, m)
+	p.resize([]int{-1, -1}, 2, 32)
+	prompt := repeatedText(10)
+	before := p.prefill([]int{0}, [][]int{prompt})
+	tc := DefaultTrainConfig()
+	tc.LearningRate = 1e-2
+	tr, err := NewTrainer(m, tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.Step(Batch{Tokens: [][]int{repeatedText(20)}}); err != nil {
+		t.Fatal(err)
+	}
+	after := p.prefill([]int{1}, [][]int{prompt}) // compares with gomlx
+	if d := maxAbsDiff(before, after); d < 1e-3 {
+		t.Fatalf("logits moved by %g after a training step; want a visible change", d)
+	}
+}
+
+// TestEngineDecodersAgree serves the same requests, joining and leaving a
+// running batch, with each decoder: greedy outputs must be identical, and a
+// seeded sampled generation reproducible and the same on both.
+func TestEngineDecodersAgree(t *testing.T) {
+	m, tok := tinyChatModel(t, 128)
+	prompts := []string{
+		"Welcome, traveller!",
+		"The guard",
+		"I have not seen the dragon since the winter. Ask",
+		"bread",
+		"The blacksmith sharpens the sword. The guard watches the gate. Welcome",
+	}
+	run := func(decoder string) [][]int {
+		t.Helper()
+		e := startEngine(t, m, tok, EngineConfig{MaxBatch: 4, QueueSize: 16, ScoreBatch: 4, PrefillBatch: 2, Decoder: decoder})
+		var streams []*Stream
+		for i, p := range prompts {
+			r := greedy(tok.Encode(p), 8+4*i)
+			if i == 3 {
+				r = DefaultSampling()
+				r.Prompt, r.MaxTokens, r.Seed, r.Stop = tok.Encode(p), 20, 42, []int{}
+			}
+			s, err := e.Generate(context.Background(), r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			streams = append(streams, s)
+			if i == 1 {
+				<-s.Tokens() // the rest join a running batch
+			}
+		}
+		out := make([][]int, len(streams))
+		for i, s := range streams {
+			res, err := s.Wait()
+			if err != nil {
+				t.Fatalf("%s decoder, request %d: %v", decoder, i, err)
+			}
+			out[i] = res.Tokens
+		}
+		return out
+	}
+	want := run(DecoderGoMLX)
+	for _, attempt := range []string{"first", "second"} {
+		got := run(DecoderCPU)
+		for i := range want {
+			if !slices.Equal(got[i], want[i]) {
+				t.Errorf("%s cpu run: request %d = %v; gomlx decoder = %v", attempt, i, got[i], want[i])
+			}
+		}
+	}
+}
+
+func TestEngineConfigDecoder(t *testing.T) {
+	for _, tc := range []struct {
+		decoder string
+		ok      bool
+	}{{"", true}, {DecoderCPU, true}, {DecoderGoMLX, true}, {"gpu", false}} {
+		c := DefaultEngineConfig()
+		c.Decoder = tc.decoder
+		if err := c.Validate(); (err == nil) != tc.ok {
+			t.Errorf("Validate(decoder %q) = %v; want ok %v", tc.decoder, err, tc.ok)
+		}
+	}
+	m := newTinyModel(t, 1)
+	if got := m.DefaultDecoder(); got != DecoderCPU {
+		t.Errorf("DefaultDecoder() on the go backend = %q; want %q", got, DecoderCPU)
+	}
+}
