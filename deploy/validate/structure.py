@@ -169,6 +169,8 @@ def check_compose(c, deploy):
     c.check(len(ln_reg) == 1 and not ln_reg[0][1], where, f"learner: the registry ({registry}) must be mounted read-write")
     if gw_reg and ln_reg:
         c.check(gw_reg[0][0] == ln_reg[0][0], where, "the gateway and the learner must share one registry volume")
+    spool = genv.get("PARLEY_SPOOL_DIR")
+    c.check(any(t == spool and s in volumes for s, t, _r in mounts_of(gw)), where, f"gateway: PARLEY_SPOOL_DIR ({spool}) is not on a named volume: spooled events would not survive `down`/`up`")
     data_dir = lenv.get("PARLEY_DATA_DIR")
     c.check(any(t == data_dir and s in volumes for s, t, _r in mounts_of(ln)), where, f"learner: PARLEY_DATA_DIR ({data_dir}) is not on a named volume")
 

@@ -38,6 +38,8 @@ MUTATIONS = [
      'test: ["CMD", "redis-cli", "ping"]', 'disable: true', "waits for redis to be healthy"),
     ("undeclared volume", "docker-compose.yml",
      "learner-data:/var/lib/parley/learner\n    # The learner", "learner-dat:/var/lib/parley/learner\n    # The learner", "not declared"),
+    ("spool not on a volume", "docker-compose.yml",
+     "      - gateway-spool:/var/lib/parley/spool\n", "", "PARLEY_SPOOL_DIR"),
     ("wrong collector endpoint", "docker-compose.yml",
      "OTEL_EXPORTER_OTLP_ENDPOINT: http://otel-collector:4318", "OTEL_EXPORTER_OTLP_ENDPOINT: http://otel-collector:4317", "OTEL_EXPORTER_OTLP_ENDPOINT"),
     ("unpinned image", "docker-compose.yml",
