@@ -171,6 +171,10 @@ func requireRole(roles ...Role) echo.MiddlewareFunc {
 	}
 }
 
+// Caller returns the client id of the API key that authenticated the
+// request, or "" when none did (admin.Deps.Caller takes it).
+func Caller(c echo.Context) string { return principalOf(c).ClientID }
+
 func principalOf(c echo.Context) principal {
 	p, _ := c.Get(principalKey).(principal)
 	return p

@@ -86,6 +86,8 @@ func codeOfStatus(status int) string {
 		return "unauthorized"
 	case http.StatusForbidden:
 		return "forbidden"
+	case http.StatusConflict:
+		return "conflict"
 	case http.StatusTooManyRequests:
 		return "rate_limited"
 	case http.StatusServiceUnavailable:

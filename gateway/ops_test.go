@@ -297,3 +297,22 @@ func TestPanicBecomesA500(t *testing.T) {
 		t.Errorf("healthz after a panic = %d; want 200", r.status)
 	}
 }
+
+func TestAdminGroupAndPublicMount(t *testing.T) {
+	e := newEnv(t, nil)
+	e.srv.Admin().POST("/whoami", func(c echo.Context) error { return c.String(http.StatusOK, Caller(c)) })
+	e.srv.MountPublic("/admin", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte("dashboard " + r.URL.Path))
+	}))
+	ops := e.newKey("ops-team", RoleLiveOps)
+	if r := e.do("POST", "/admin/v1/whoami", ops, nil); r.status != http.StatusOK || string(r.body) != "ops-team" {
+		t.Errorf("admin route with a live-ops key = %d %q; want 200 ops-team", r.status, r.body)
+	}
+	assertError(t, e.do("POST", "/admin/v1/whoami", e.key, nil), http.StatusForbidden, "forbidden")
+	assertError(t, e.do("POST", "/admin/v1/whoami", "", nil), http.StatusUnauthorized, "unauthorized")
+	for _, p := range []string{"/admin", "/admin/app.js"} {
+		if r := e.do("GET", p, "", nil); r.status != http.StatusOK || string(r.body) != "dashboard "+p {
+			t.Errorf("GET %s = %d %q; want the public handler", p, r.status, r.body)
+		}
+	}
+}

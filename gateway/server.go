@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -273,6 +274,17 @@ func (s *Server) recover(next echo.HandlerFunc) echo.HandlerFunc {
 			}
 		}()
 		return next(c)
+	}
+}
+
+// MountPublic serves h, without authentication, for GET and HEAD at prefix
+// and every path below it (the admin dashboard's page and assets at /admin).
+func (s *Server) MountPublic(prefix string, h http.Handler) {
+	wh := echo.WrapHandler(h)
+	prefix = strings.TrimSuffix(prefix, "/")
+	for _, p := range []string{prefix, prefix + "/*"} {
+		s.echo.GET(p, wh)
+		s.echo.HEAD(p, wh)
 	}
 }
 
