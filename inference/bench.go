@@ -35,6 +35,10 @@ type BenchConfig struct {
 	// are compared against (OpenBLAS sgemm on the 2-core reference machine).
 	SgemmFLOPS float64 `json:"sgemm_flops"`
 	Seed       int64   `json:"seed"`
+	// Decoders are the engine decoders measured in turn (EngineConfig.Decoder
+	// values); the first gives the report's headline figures. Empty means
+	// the model's default decoder only.
+	Decoders []string `json:"decoders,omitempty"`
 }
 
 // DefaultBenchConfig measures the default model at batch 1, 8, 32 and 64.
@@ -51,6 +55,7 @@ func DefaultBenchConfig() BenchConfig {
 		TrainSteps:   2,
 		SgemmFLOPS:   265e9,
 		Seed:         1,
+		Decoders:     []string{DecoderCPU, DecoderGoMLX},
 	}
 }
 
@@ -76,6 +81,11 @@ func (c BenchConfig) Validate() error {
 			return fmt.Errorf("bench config: batch %d must be positive", b)
 		}
 	}
+	for _, d := range c.Decoders {
+		if err := (EngineConfig{MaxBatch: 1, ScoreBatch: 1, Decoder: d}).Validate(); err != nil || d == "" {
+			return fmt.Errorf("bench config: decoder %q: want %q or %q", d, DecoderCPU, DecoderGoMLX)
+		}
+	}
 	return nil
 }
 
@@ -91,6 +101,12 @@ type BenchReport struct {
 
 	PromptTokens int `json:"prompt_tokens"`
 	DecodeTokens int `json:"decode_tokens"`
+
+	// Decoder is the engine decoder of the headline figures below (prefill,
+	// TTFT, decode, speedups); Decoders repeats them for every decoder
+	// measured, the headline one first.
+	Decoder  string            `json:"decoder"`
+	Decoders []BenchDecoderRun `json:"decoders"`
 
 	PrefillTokensPerSec float64 `json:"prefill_tokens_per_sec"`
 	PrefillFLOPS        float64 `json:"prefill_flops"`
@@ -111,6 +127,21 @@ type BenchReport struct {
 	Batch32Speedup float64 `json:"batch32_speedup"`
 
 	Train *BenchTrain `json:"train,omitempty"`
+}
+
+// BenchDecoderRun is what one engine decoder measured.
+type BenchDecoderRun struct {
+	Decoder             string        `json:"decoder"`
+	PrefillTokensPerSec float64       `json:"prefill_tokens_per_sec"`
+	PrefillFLOPS        float64       `json:"prefill_flops"`
+	PrefillFraction     float64       `json:"prefill_fraction_of_sgemm"`
+	TTFTMillis          float64       `json:"ttft_ms"`
+	Decode              []BenchDecode `json:"decode"`
+	// Batch32Speedup is batch-32 decode tokens/s over batch 1.
+	Batch32Speedup float64 `json:"batch32_speedup"`
+	// HeadlineSpeedup is, per batch of Decode, the headline decoder's
+	// tokens/s over this decoder's (1 for the headline decoder).
+	HeadlineSpeedup []float64 `json:"headline_speedup"`
 }
 
 // BenchDecode is the decode throughput at one batch size.
@@ -186,9 +217,27 @@ func RunBench(ctx context.Context, cfg BenchConfig, w io.Writer) (BenchReport, e
 		return f
 	}
 
-	if err := benchEngine(ctx, m, tok, cfg, prompt, flopsRange, &rep); err != nil {
-		return rep, err
+	decoders := cfg.Decoders
+	if len(decoders) == 0 {
+		decoders = []string{m.DefaultDecoder()}
 	}
+	for _, d := range decoders {
+		run, err := benchEngine(ctx, m, tok, cfg, d, prompt, flopsRange)
+		if err != nil {
+			return rep, err
+		}
+		rep.Decoders = append(rep.Decoders, run)
+	}
+	head := rep.Decoders[0]
+	for i := range rep.Decoders {
+		r := &rep.Decoders[i]
+		for k, d := range r.Decode {
+			r.HeadlineSpeedup = append(r.HeadlineSpeedup, head.Decode[k].TokensPerSec/d.TokensPerSec)
+		}
+	}
+	rep.Decoder, rep.Decode = head.Decoder, head.Decode
+	rep.TTFTMillis, rep.PrefillTokensPerSec = head.TTFTMillis, head.PrefillTokensPerSec
+	rep.PrefillFLOPS, rep.PrefillFraction = head.PrefillFLOPS, head.PrefillFraction
 
 	// Naive generation: the whole sequence again for every token.
 	seq := prompt()
@@ -204,14 +253,10 @@ func RunBench(ctx context.Context, cfg BenchConfig, w io.Writer) (BenchReport, e
 		seq = append(seq, argmaxF32(l[0]))
 	}
 	rep.NaiveTokensPerSec = float64(cfg.NaiveTokens) / time.Since(start).Seconds()
-	byBatch := map[int]float64{}
-	for _, d := range rep.Decode {
-		byBatch[d.Batch] = d.TokensPerSec
-	}
-	if b1 := byBatch[1]; b1 > 0 {
+	if b1 := tokensPerSecAt(rep.Decode, 1); b1 > 0 {
 		rep.KVCacheSpeedup = b1 / rep.NaiveTokensPerSec
-		rep.Batch32Speedup = byBatch[32] / b1
 	}
+	rep.Batch32Speedup = head.Batch32Speedup
 
 	if cfg.TrainSteps > 0 {
 		if rep.Train, err = benchTrain(ctx, m, cfg, rng); err != nil {
@@ -222,13 +267,25 @@ func RunBench(ctx context.Context, cfg BenchConfig, w io.Writer) (BenchReport, e
 	return rep, nil
 }
 
-// benchEngine measures TTFT, prefill and decode through a running Engine.
-func benchEngine(ctx context.Context, m *Model, tok *Tokenizer, cfg BenchConfig,
-	prompt func() []int, flopsRange func(from, to int) float64, rep *BenchReport) error {
+// tokensPerSecAt returns the tokens/s measured at batch b, 0 if none.
+func tokensPerSecAt(ds []BenchDecode, b int) float64 {
+	for _, d := range ds {
+		if d.Batch == b {
+			return d.TokensPerSec
+		}
+	}
+	return 0
+}
+
+// benchEngine measures TTFT, prefill and decode through a running Engine
+// with the given decoder.
+func benchEngine(ctx context.Context, m *Model, tok *Tokenizer, cfg BenchConfig, decoder string,
+	prompt func() []int, flopsRange func(from, to int) float64) (BenchDecoderRun, error) {
+	run := BenchDecoderRun{Decoder: decoder}
 	maxBatch := slices.Max(cfg.Batches)
-	e, err := NewEngine(m, tok, EngineConfig{MaxBatch: maxBatch, QueueSize: 2 * maxBatch, ScoreBatch: 1, PrefillBatch: 8}, nil)
+	e, err := NewEngine(m, tok, EngineConfig{MaxBatch: maxBatch, QueueSize: 2 * maxBatch, ScoreBatch: 1, PrefillBatch: 8, Decoder: decoder}, nil)
 	if err != nil {
-		return fmt.Errorf("bench: %w", err)
+		return run, fmt.Errorf("bench %s: %w", decoder, err)
 	}
 	defer e.Close()
 	runCtx, stop := context.WithCancel(ctx)
@@ -262,33 +319,33 @@ func benchEngine(ctx context.Context, m *Model, tok *Tokenizer, cfg BenchConfig,
 	}
 	// The first run of each shape compiles its graphs: warm up first.
 	if _, _, err := gen(1, 2); err != nil {
-		return fmt.Errorf("bench warm-up: %w", err)
+		return run, fmt.Errorf("bench %s warm-up: %w", decoder, err)
 	}
 	var ttft time.Duration
 	const ttftRuns = 5
 	for range ttftRuns {
 		res, _, err := gen(1, 1)
 		if err != nil {
-			return fmt.Errorf("bench ttft: %w", err)
+			return run, fmt.Errorf("bench %s ttft: %w", decoder, err)
 		}
 		ttft += res[0].TimeToFirstToken
 	}
 	ttft /= ttftRuns
-	rep.TTFTMillis = ms(ttft)
-	rep.PrefillTokensPerSec = float64(cfg.PromptTokens) / ttft.Seconds()
-	rep.PrefillFLOPS = flopsRange(0, cfg.PromptTokens) / ttft.Seconds()
-	rep.PrefillFraction = rep.PrefillFLOPS / cfg.SgemmFLOPS
+	run.TTFTMillis = ms(ttft)
+	run.PrefillTokensPerSec = float64(cfg.PromptTokens) / ttft.Seconds()
+	run.PrefillFLOPS = flopsRange(0, cfg.PromptTokens) / ttft.Seconds()
+	run.PrefillFraction = run.PrefillFLOPS / cfg.SgemmFLOPS
 
 	for _, b := range cfg.Batches {
 		if err := ctx.Err(); err != nil {
-			return err
+			return run, err
 		}
 		if _, _, err := gen(b, 2); err != nil {
-			return fmt.Errorf("bench decode batch %d: %w", b, err)
+			return run, fmt.Errorf("bench %s decode batch %d: %w", decoder, b, err)
 		}
 		res, d, err := gen(b, cfg.DecodeTokens)
 		if err != nil {
-			return fmt.Errorf("bench decode batch %d: %w", b, err)
+			return run, fmt.Errorf("bench %s decode batch %d: %w", decoder, b, err)
 		}
 		var ttft time.Duration
 		for _, r := range res {
@@ -296,13 +353,16 @@ func benchEngine(ctx context.Context, m *Model, tok *Tokenizer, cfg BenchConfig,
 		}
 		steps := cfg.DecodeTokens - 1
 		flops := float64(b) * flopsRange(cfg.PromptTokens+1, cfg.PromptTokens+cfg.DecodeTokens) / d.Seconds()
-		rep.Decode = append(rep.Decode, BenchDecode{
+		run.Decode = append(run.Decode, BenchDecode{
 			Batch: b, TokensPerSec: float64(b*steps) / d.Seconds(), StepMillis: ms(d) / float64(steps),
 			TTFTMillis: ms(ttft) / float64(b),
 			FLOPS:      flops, Fraction: flops / cfg.SgemmFLOPS,
 		})
 	}
-	return nil
+	if b1 := tokensPerSecAt(run.Decode, 1); b1 > 0 {
+		run.Batch32Speedup = tokensPerSecAt(run.Decode, 32) / b1
+	}
+	return run, nil
 }
 
 func benchTrain(ctx context.Context, m *Model, cfg BenchConfig, rng *rand.Rand) (*BenchTrain, error) {
@@ -352,8 +412,8 @@ func printBench(w io.Writer, r BenchReport) {
 	c := r.Model
 	fmt.Fprintf(w, "model: %d params (vocab %d, d%d, %d layers, %d heads, ffn %d), backend %s, GOMAXPROCS %d\n",
 		r.Params, c.VocabSize, c.Dim, c.Layers, c.Heads, c.FFNDim, r.Backend, r.GOMAXPROCS)
-	fmt.Fprintf(w, "prompt %d tokens, decode %d tokens per sequence; sgemm ceiling %.0f GFLOP/s\n\n",
-		r.PromptTokens, r.DecodeTokens, r.SgemmFLOPS/1e9)
+	fmt.Fprintf(w, "prompt %d tokens, decode %d tokens per sequence; sgemm ceiling %.0f GFLOP/s; decoder %s\n\n",
+		r.PromptTokens, r.DecodeTokens, r.SgemmFLOPS/1e9, r.Decoder)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "measure\ttokens/s\tms/step\tTTFT ms\tGFLOP/s\tof sgemm\t")
 	fmt.Fprintf(tw, "prefill\t%.0f\t%.1f\t%.1f\t%.2f\t%.2f%%\t\n", r.PrefillTokensPerSec, r.TTFTMillis, r.TTFTMillis, r.PrefillFLOPS/1e9, 100*r.PrefillFraction)
@@ -366,4 +426,27 @@ func printBench(w io.Writer, r BenchReport) {
 	}
 	_ = tw.Flush()
 	fmt.Fprintf(w, "\nKV cache vs naive at batch 1: %.1fx; batch 32 vs batch 1: %.1fx\n", r.KVCacheSpeedup, r.Batch32Speedup)
+	if len(r.Decoders) > 1 {
+		printDecoders(w, r)
+	}
+}
+
+// printDecoders compares the decoders measured: tokens/s, fraction of the
+// sgemm ceiling and the headline decoder's speedup at each batch.
+func printDecoders(w io.Writer, r BenchReport) {
+	fmt.Fprintf(w, "\ndecoders compared (speedup = %s tokens/s over the decoder's):\n", r.Decoder)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "decoder\tprefill tok/s\tTTFT ms\t")
+	for _, d := range r.Decode {
+		fmt.Fprintf(tw, "b%d tok/s\tof sgemm\tspeedup\t", d.Batch)
+	}
+	fmt.Fprintln(tw, "b32/b1\t")
+	for _, run := range r.Decoders {
+		fmt.Fprintf(tw, "%s\t%.0f\t%.1f\t", run.Decoder, run.PrefillTokensPerSec, run.TTFTMillis)
+		for k, d := range run.Decode {
+			fmt.Fprintf(tw, "%.0f\t%.2f%%\t%.2fx\t", d.TokensPerSec, 100*d.Fraction, run.HeadlineSpeedup[k])
+		}
+		fmt.Fprintf(tw, "%.1fx\t\n", run.Batch32Speedup)
+	}
+	_ = tw.Flush()
 }

@@ -40,11 +40,22 @@ func TestRunBenchTiny(t *testing.T) {
 	if !strings.Contains(out.String(), "decode batch 4") {
 		t.Errorf("table lacks the batch-4 row:\n%s", out.String())
 	}
+	if len(rep.Decoders) != 2 || rep.Decoders[0].Decoder != DecoderCPU || rep.Decoders[1].Decoder != DecoderGoMLX || rep.Decoder != DecoderCPU {
+		t.Fatalf("decoder runs = %+v; want cpu (headline) then gomlx", rep.Decoders)
+	}
+	for _, run := range rep.Decoders {
+		if len(run.Decode) != 2 || len(run.HeadlineSpeedup) != 2 || !(run.HeadlineSpeedup[0] > 0) || run.TTFTMillis <= 0 {
+			t.Errorf("decoder %s: %+v; want two decode rows, speedups and a TTFT", run.Decoder, run)
+		}
+	}
+	if !strings.Contains(out.String(), "decoders compared") || !strings.Contains(out.String(), DecoderGoMLX) {
+		t.Errorf("table lacks the decoder comparison:\n%s", out.String())
+	}
 }
 
 // BenchmarkDecodeStep times one KV-cache decode step of the default model
-// with 128 cached positions at several batch sizes:
-// go test -run - -bench DecodeStep ./inference
+// with 128 cached positions at several batch sizes, on each decoder:
+// go test -run '^$' -bench DecodeStep ./inference
 func BenchmarkDecodeStep(b *testing.B) {
 	bc := DefaultBackendConfig()
 	bc.Options = os.Getenv("BENCH_GO_OPTS")
@@ -52,28 +63,32 @@ func BenchmarkDecodeStep(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, rows := range []int{1, 8, 32, 64} {
-		b.Run(fmt.Sprintf("batch%d", rows), func(b *testing.B) {
-			dec := newGomlxDecoder(m)
-			defer dec.close()
-			if err := dec.resize(make([]int, rows), rows, 128); err != nil {
-				b.Fatal(err)
-			}
-			toks, pos, active := make([]int32, rows), make([]int32, rows), make([]bool, rows)
-			for i := range pos {
-				pos[i], active[i] = 64, true
-			}
-			if _, err := dec.step(toks, pos, active); err != nil {
-				b.Fatal(err)
-			}
-			b.ResetTimer()
-			for range b.N {
+	for _, name := range []string{DecoderCPU, DecoderGoMLX} {
+		for _, rows := range []int{1, 8, 32, 64} {
+			b.Run(fmt.Sprintf("%s/batch%d", name, rows), func(b *testing.B) {
+				dec := newDecoder(m, name)
+				defer dec.close()
+				if err := dec.resize(make([]int, rows), rows, 128); err != nil {
+					b.Fatal(err)
+				}
+				toks, pos, active := make([]int32, rows), make([]int32, rows), make([]bool, rows)
+				for i := range pos {
+					pos[i], active[i] = 64, true
+				}
 				if _, err := dec.step(toks, pos, active); err != nil {
 					b.Fatal(err)
 				}
-			}
-			b.ReportMetric(float64(rows*b.N)/b.Elapsed().Seconds(), "tokens/s")
-		})
+				b.ResetTimer()
+				for range b.N {
+					if _, err := dec.step(toks, pos, active); err != nil {
+						b.Fatal(err)
+					}
+				}
+				tps := float64(rows*b.N) / b.Elapsed().Seconds()
+				b.ReportMetric(tps, "tokens/s")
+				b.ReportMetric(tps*DefaultModelConfig().FLOPsPerToken(65)/265e9*100, "%sgemm")
+			})
+		}
 	}
 }
 
