@@ -184,7 +184,9 @@ func TestChanges(t *testing.T) {
 		{"promote", func() (schema.RolloutChange, error) { return cl.Promote(ctx, admin.ChangeRequest{Reason: "Avg.L up"}) },
 			schema.PhaseSteady, func(s schema.RolloutState) bool { return s.Stable == admintest.Canary && s.Canary == "" }},
 		{"new canary", func() (schema.RolloutChange, error) { return cl.Canary(ctx, admintest.Candidate, 10, nil) },
-			schema.PhaseCanary, func(s schema.RolloutState) bool { return s.Canary == admintest.Candidate && s.ExperimentID != env.ExperimentID }},
+			schema.PhaseCanary, func(s schema.RolloutState) bool {
+				return s.Canary == admintest.Candidate && s.ExperimentID != env.ExperimentID
+			}},
 		{"rollback", func() (schema.RolloutChange, error) { return cl.Rollback(ctx, admin.ChangeRequest{Reason: "latency"}) },
 			schema.PhaseRollingBack, func(s schema.RolloutState) bool { return s.CanaryWeight == 0 && s.Stable == admintest.Canary }},
 	}
@@ -269,4 +271,3 @@ func TestDashboardHandler(t *testing.T) {
 		}
 	}
 }
-
