@@ -303,8 +303,9 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		if err != nil {
 			c.Error(err)
 		}
-		status := c.Response().Status
-		s.metrics.request(c.Request().Context(), route, c.Request().Method, status, time.Since(start))
+		status, d := c.Response().Status, time.Since(start)
+		s.metrics.request(c.Request().Context(), route, c.Request().Method, status, d)
+		s.log.Debug("request", "method", c.Request().Method, "route", route, "status", status, "duration", d)
 		return nil
 	}
 }
