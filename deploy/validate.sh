@@ -13,6 +13,7 @@
 # printed). Exits 1 when any step failed, 0 otherwise. Steps:
 #   yamllint       every YAML file (deploy/validate/yamllint.yaml)
 #   compose        `docker compose config` or Debian's `docker-compose config`
+#   compose-spec   the Compose Specification's loader and schema (compose-go, via `go run`)
 #   promtool       `promtool check config prometheus.yml`
 #   kustomize      `kubectl kustomize deploy/k8s` renders
 #   k8s-schema     every Kubernetes object against the API schemas
@@ -24,6 +25,7 @@
 set -uo pipefail
 
 DEPLOY="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+COMPOSE_SPEC=github.com/compose-spec/compose-go/v2/cmd@v2.16.2
 VALIDATE="$DEPLOY/validate"
 BINARY=""
 INSTALL=0
@@ -32,7 +34,7 @@ while [ $# -gt 0 ]; do
     --binary) BINARY="${2:?--binary needs a path}"; shift 2 ;;
     --binary=*) BINARY="${1#--binary=}"; shift ;;
     --install) INSTALL=1; shift ;;
-    -h|--help) sed -n '2,23p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h|--help) sed -n '2,24p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "validate.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -102,6 +104,20 @@ elif have docker-compose; then
   step compose-services docker-compose -f docker-compose.yml config --services
 else
   skip compose "neither the docker compose plugin nor docker-compose (apt-get install docker-compose)"
+fi
+if have docker-compose || { have docker && docker compose version >/dev/null 2>&1; }; then
+  if have docker && docker compose version >/dev/null 2>&1; then compose=(docker compose); else compose=(docker-compose); fi
+  step_fails compose-self-test "restartt" "${compose[@]}" -f validate/testdata/bad-compose.yml config --quiet
+fi
+
+# ---- The Compose Specification's own loader and JSON schema (what Compose v2
+# runs), built from the Go module proxy on first use.
+if have go; then
+  compose_spec() { go run "$COMPOSE_SPEC" -format json "$1" >"$TMP/spec.json" && echo "$1: loads and matches the Compose Specification schema"; }
+  step compose-spec compose_spec docker-compose.yml
+  step_fails compose-spec-self-test "restartt" go run "$COMPOSE_SPEC" validate/testdata/bad-compose.yml
+else
+  skip compose-spec "go not installed"
 fi
 
 # ---- Prometheus configuration
