@@ -23,7 +23,7 @@ function el(tag, attrs, ...kids) {
     if (k === "text") e.textContent = v;
     else e.setAttribute(k, v === true ? "" : String(v));
   }
-  for (const k of kids.flat()) {
+  for (const k of kids.flat(Infinity)) {
     if (k === null || k === undefined) continue;
     e.append(k instanceof Node ? k : document.createTextNode(String(k)));
   }
@@ -36,13 +36,13 @@ function svg(tag, attrs, ...kids) {
     if (k === "text") e.textContent = v;
     else e.setAttribute(k, String(v));
   }
-  for (const k of kids.flat()) if (k) e.append(k);
+  for (const k of kids.flat(Infinity)) if (k) e.append(k);
   return e;
 }
 
 function put(id, ...kids) {
   const node = document.getElementById(id);
-  node.replaceChildren(...kids.flat().filter((k) => k !== null && k !== undefined));
+  node.replaceChildren(...kids.flat(Infinity).filter((k) => k !== null && k !== undefined));
 }
 
 function table(headers, rows) {
@@ -157,6 +157,11 @@ function estimateText(e) {
   return fmt(e.mean) + " [" + fmt(e.lo) + ", " + fmt(e.hi) + "]";
 }
 
+// guardValue shows a guardrail's latency in ms and its rates in percent.
+function guardValue(name, x) {
+  return name.includes("latency") ? fmt(x, 0) + " ms" : pct(x);
+}
+
 function renderReport(r) {
   const rep = r.report, d = r.decision;
   put("experiment-id", rep.experiment_id);
@@ -188,7 +193,7 @@ function renderReport(r) {
   const checks = table(
     ["guardrail", { label: "stable", num: true }, { label: "canary", num: true }, { label: "limit", num: true }, "state"],
     (d.checks || []).map((c) => [
-      c.name, fmt(c.stable, 4), fmt(c.canary, 4), fmt(c.limit, 4),
+      c.name, guardValue(c.name, c.stable), guardValue(c.name, c.canary), guardValue(c.name, c.limit),
       !c.judged ? el("span", { class: "muted", text: "not judged" }) :
         c.breached ? el("span", { class: "worse", text: "BREACHED" }) : el("span", { class: "better", text: "ok" }),
     ]));
@@ -200,7 +205,7 @@ function renderTimeline(tl) {
   const byArm = { stable: [], canary: [] };
   for (const p of tl.points) {
     if (!byArm[p.arm] || p.avg_l.n === 0) continue;
-    byArm[p.arm].push({ x: Date.parse(p.at), y: p.avg_l.mean, lo: p.avg_l.lo, hi: p.avg_l.hi });
+    byArm[p.arm].push({ x: Date.parse(p.at), y: p.avg_l.mean, lo: p.avg_l.lo, hi: p.avg_l.hi, n: p.avg_l.n });
   }
   const series = Object.entries(byArm).filter(([, pts]) => pts.length)
     .map(([arm, points]) => ({ name: arm, color: ARM_COLOR[arm], points }));
@@ -305,18 +310,29 @@ function extent(values) {
   return [lo, hi];
 }
 
-// chart draws series of {x, y[, lo, hi]} points as lines, with the lo–hi
+// BAND_MIN_N is how many observations a point needs before its CI band
+// counts for the y range: the first few bands are very wide, and would
+// flatten everything else. They are still drawn, clipped to the plot.
+const BAND_MIN_N = 10;
+let clipSeq = 0;
+
+// chart draws series of {x, y[, lo, hi, n]} points as lines, with the lo–hi
 // band shaded when opts.band is set, and a legend.
 function chart(opts) {
   const W = opts.width, H = opts.height, m = { l: 56, r: 16, t: 24, b: 40 };
   const pts = opts.series.flatMap((s) => s.points);
   const [x0, x1] = extent(pts.map((p) => p.x));
-  let [y0, y1] = extent(pts.flatMap((p) => opts.band ? [p.y, p.lo, p.hi] : [p.y]));
+  let [y0, y1] = extent(pts.flatMap((p) =>
+    opts.band && !(p.n < BAND_MIN_N) ? [p.y, p.lo, p.hi] : [p.y]));
   const pad = (y1 - y0) * 0.08;
   y0 -= pad; y1 += pad;
   const X = (v) => m.l + (v - x0) / (x1 - x0) * (W - m.l - m.r);
   const Y = (v) => H - m.b - (v - y0) / (y1 - y0) * (H - m.t - m.b);
   const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": opts.yLabel + " by " + opts.xLabel });
+  const clip = "plot-clip-" + (++clipSeq);
+  root.append(svg("clipPath", { id: clip },
+    svg("rect", { x: m.l, y: m.t, width: W - m.l - m.r, height: H - m.t - m.b })));
+  const plot = svg("g", { "clip-path": `url(#${clip})` });
 
   const yt = ticks(y0, y1, 5);
   for (const v of yt) {
@@ -344,14 +360,15 @@ function chart(opts) {
     if (opts.band) {
       const upper = s.points.map((p) => `${X(p.x).toFixed(1)},${Y(p.hi).toFixed(1)}`);
       const lower = s.points.slice().reverse().map((p) => `${X(p.x).toFixed(1)},${Y(p.lo).toFixed(1)}`);
-      root.append(svg("polygon", { points: upper.concat(lower).join(" "), fill: s.color, "fill-opacity": 0.15, stroke: "none" }));
+      plot.append(svg("polygon", { points: upper.concat(lower).join(" "), fill: s.color, "fill-opacity": 0.15, stroke: "none" }));
     }
     const d = s.points.map((p, i) => (i ? "L" : "M") + X(p.x).toFixed(1) + "," + Y(p.y).toFixed(1)).join(" ");
-    root.append(svg("path", { d, fill: "none", stroke: s.color, "stroke-width": 2, "data-series": s.name }));
+    plot.append(svg("path", { d, fill: "none", stroke: s.color, "stroke-width": 2, "data-series": s.name }));
     if (s.points.length === 1) {
-      root.append(svg("circle", { cx: X(s.points[0].x), cy: Y(s.points[0].y), r: 3, fill: s.color }));
+      plot.append(svg("circle", { cx: X(s.points[0].x), cy: Y(s.points[0].y), r: 3, fill: s.color }));
     }
   }
+  root.append(plot);
   opts.series.forEach((s, i) => {
     const lx = m.l + 8 + i * 120;
     root.append(svg("rect", { x: lx, y: 6, width: 12, height: 12, rx: 2, fill: s.color }));
