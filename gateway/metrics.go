@@ -83,3 +83,22 @@ func (m *metrics) turn(ctx context.Context, safety schema.Safety) {
 func (m *metrics) sessionsEnded(ctx context.Context, reason schema.EndReason) {
 	m.ended.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", string(reason))))
 }
+
+// observeActive reports the sessions not yet ended (all gateways together)
+// at each collection.
+func (m *metrics) observeActive(meter metric.Meter, count func(context.Context) (int64, error)) error {
+	_, err := meter.Int64ObservableGauge("parley.gateway.sessions.active",
+		metric.WithDescription("sessions not yet ended, across the gateways sharing the Redis"),
+		metric.WithInt64Callback(func(ctx context.Context, o metric.Int64Observer) error {
+			n, err := count(ctx)
+			if err != nil {
+				return fmt.Errorf("count active sessions: %w", err)
+			}
+			o.Observe(n)
+			return nil
+		}))
+	if err != nil {
+		return fmt.Errorf("gateway metrics: %w", err)
+	}
+	return nil
+}

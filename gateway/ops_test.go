@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -37,10 +38,14 @@ func TestOpsEndpoints(t *testing.T) {
 	s := e.createSession(e.key, "player-1")
 	e.say(e.key, s.SessionID, "hello")
 	r := e.do("GET", "/metrics", "", nil)
-	for _, want := range []string{`parley_gateway_requests`, `route="/v1/sessions/:id/messages"`, `parley_gateway_turns`} {
+	for _, want := range []string{`parley_gateway_requests`, `route="/v1/sessions/:id/messages"`, `parley_gateway_turns`,
+		`parley_gateway_sessions_active{`} {
 		if !strings.Contains(string(r.body), want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
+	}
+	if !regexp.MustCompile(`(?m)^parley_gateway_sessions_active\{.*\} 1$`).Match(r.body) {
+		t.Error("/metrics does not count the one active session")
 	}
 	if strings.Contains(string(r.body), "player-1") || strings.Contains(string(r.body), s.SessionID) {
 		t.Error("/metrics names a player or a session")

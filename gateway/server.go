@@ -133,6 +133,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, err
 	}
 	s.metrics = m
+	if err := m.observeActive(mp.Meter("github.com/parleyhq/parley/gateway"), s.countActive); err != nil {
+		return nil, err
+	}
 	s.tracer = tp.Tracer("github.com/parleyhq/parley/gateway")
 	s.echo = s.routes()
 	s.handler = otelhttp.NewHandler(s.echo, "gateway",
@@ -330,7 +333,7 @@ type AdminStatus struct {
 }
 
 func (s *Server) statusHandler(c echo.Context) error {
-	n, err := s.rdb.ZCard(c.Request().Context(), s.activeKey()).Result()
+	n, err := s.countActive(c.Request().Context())
 	if err != nil {
 		return fmt.Errorf("count active sessions: %w", err)
 	}
@@ -339,6 +342,13 @@ func (s *Server) statusHandler(c echo.Context) error {
 		st.PolicyVersion = s.static.currentVersion()
 	}
 	return c.JSON(http.StatusOK, st)
+}
+
+// countActive counts the sessions not yet ended, across all gateways.
+func (s *Server) countActive(ctx context.Context) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	return s.rdb.ZCard(ctx, s.activeKey()).Result()
 }
 
 // staticRouter serves one engine as one version to every session.
