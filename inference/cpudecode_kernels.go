@@ -143,9 +143,9 @@ func store4(y []float32, s0, s1, s2, s3 float32, add bool) {
 	y[0], y[1], y[2], y[3] = s0, s1, s2, s3
 }
 
-// dot4x2 returns the dot products of four weight rows with two inputs of
+// dot4x2Go returns the dot products of four weight rows with two inputs of
 // the same length: eight independent accumulators keep the FP units busy.
-func dot4x2(w0, w1, w2, w3, x0, x1 []float32) (s00, s01, s02, s03, s10, s11, s12, s13 float32) {
+func dot4x2Go(w0, w1, w2, w3, x0, x1 []float32) (s00, s01, s02, s03, s10, s11, s12, s13 float32) {
 	n := len(x0)
 	w0, w1, w2, w3, x1 = w0[:n], w1[:n], w2[:n], w3[:n], x1[:n]
 	for i, a := range x0 {
@@ -163,8 +163,8 @@ func dot4x2(w0, w1, w2, w3, x0, x1 []float32) (s00, s01, s02, s03, s10, s11, s12
 	return
 }
 
-// dot4x1 is dot4x2 for a single input.
-func dot4x1(w0, w1, w2, w3, x []float32) (s0, s1, s2, s3 float32) {
+// dot4x1Go is dot4x2Go for a single input.
+func dot4x1Go(w0, w1, w2, w3, x []float32) (s0, s1, s2, s3 float32) {
 	n := len(x)
 	w0, w1, w2, w3 = w0[:n], w1[:n], w2[:n], w3[:n]
 	for i, a := range x {

@@ -78,6 +78,31 @@ func newRandomModel(cfg ModelConfig, std float64, seed uint64) (*Model, error) {
 	return newModelWithWeights(cfg, DefaultBackendConfig(), vals)
 }
 
+// TestDot4x2MatchesGo checks the kernel matmulRows uses (AVX2 FMA on CPUs
+// that have it) against the plain-Go one for every length up to 70, so
+// each accumulator, lane and tail is exercised.
+func TestDot4x2MatchesGo(t *testing.T) {
+	t.Logf("AVX2 FMA kernel in use: %v", hasAVX2FMA)
+	rng := rand.New(rand.NewPCG(7, 8))
+	for n := 1; n <= 70; n++ {
+		v := make([][]float32, 6)
+		for i := range v {
+			v[i] = randSlice(rng, n)
+		}
+		got := make([]float32, 8)
+		want := make([]float32, 8)
+		got[0], got[1], got[2], got[3], got[4], got[5], got[6], got[7] = dot4x2(v[0], v[1], v[2], v[3], v[4], v[5])
+		want[0], want[1], want[2], want[3], want[4], want[5], want[6], want[7] = dot4x2Go(v[0], v[1], v[2], v[3], v[4], v[5])
+		if d := maxAbsDiff(got, want); d > 1e-4 {
+			t.Fatalf("n=%d: dot4x2 = %v; plain Go = %v", n, got, want)
+		}
+		g1, g2, g3, g4 := dot4x1(v[0], v[1], v[2], v[3], v[4])
+		if d := maxAbsDiff([]float32{g1, g2, g3, g4}, want[:4]); d > 1e-4 {
+			t.Fatalf("n=%d: dot4x1 = %v; plain Go = %v", n, []float32{g1, g2, g3, g4}, want[:4])
+		}
+	}
+}
+
 func randSlice(rng *rand.Rand, n int) []float32 {
 	s := make([]float32, n)
 	for i := range s {

@@ -1,0 +1,41 @@
+//go:build !purego
+
+package inference
+
+import "golang.org/x/sys/cpu"
+
+// hasAVX2FMA reports whether dot4x2AVX can run on this CPU.
+var hasAVX2FMA = cpu.X86.HasAVX2 && cpu.X86.HasFMA
+
+// dot4x2AVX is dot4x2 with AVX2 FMA over n floats, n a positive multiple
+// of 8 (cpudecode_amd64.s).
+//
+//go:noescape
+func dot4x2AVX(w0, w1, w2, w3, x0, x1 *float32, n int, out *[8]float32)
+
+// dot4x2 returns the dot products of four weight rows with two inputs of
+// the same length, with AVX2 FMA when the CPU has it.
+func dot4x2(w0, w1, w2, w3, x0, x1 []float32) (s00, s01, s02, s03, s10, s11, s12, s13 float32) {
+	n := len(x0)
+	n8 := n &^ 7
+	if !hasAVX2FMA || n8 == 0 {
+		return dot4x2Go(w0, w1, w2, w3, x0, x1)
+	}
+	w0, w1, w2, w3, x1 = w0[:n], w1[:n], w2[:n], w3[:n], x1[:n]
+	var out [8]float32
+	dot4x2AVX(&w0[0], &w1[0], &w2[0], &w3[0], &x0[0], &x1[0], n8, &out)
+	if n8 == n {
+		return out[0], out[1], out[2], out[3], out[4], out[5], out[6], out[7]
+	}
+	t00, t01, t02, t03, t10, t11, t12, t13 := dot4x2Go(w0[n8:], w1[n8:], w2[n8:], w3[n8:], x0[n8:], x1[n8:])
+	return out[0] + t00, out[1] + t01, out[2] + t02, out[3] + t03, out[4] + t10, out[5] + t11, out[6] + t12, out[7] + t13
+}
+
+// dot4x1 is dot4x2 for a single input.
+func dot4x1(w0, w1, w2, w3, x []float32) (s0, s1, s2, s3 float32) {
+	if !hasAVX2FMA || len(x) < 8 {
+		return dot4x1Go(w0, w1, w2, w3, x)
+	}
+	s0, s1, s2, s3, _, _, _, _ = dot4x2(w0, w1, w2, w3, x, x)
+	return
+}

@@ -1,0 +1,14 @@
+//go:build !amd64 || purego
+
+package inference
+
+// hasAVX2FMA is false: the kernels are plain Go on this platform.
+const hasAVX2FMA = false
+
+func dot4x2(w0, w1, w2, w3, x0, x1 []float32) (s00, s01, s02, s03, s10, s11, s12, s13 float32) {
+	return dot4x2Go(w0, w1, w2, w3, x0, x1)
+}
+
+func dot4x1(w0, w1, w2, w3, x []float32) (s0, s1, s2, s3 float32) {
+	return dot4x1Go(w0, w1, w2, w3, x)
+}
