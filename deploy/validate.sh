@@ -162,7 +162,7 @@ else
 fi
 if [ "$NODE_OK" = 1 ]; then
   if [ -n "$RENDERED" ]; then
-    step k8s-schema node "$VALIDATE/k8s.mjs" "$RENDERED" k8s/secret.example.yaml
+    step k8s-schema node "$VALIDATE/k8s.mjs" "$RENDERED" k8s/*.example.yaml
   else
     step k8s-schema node "$VALIDATE/k8s.mjs" k8s/*.yaml
   fi
