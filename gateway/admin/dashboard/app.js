@@ -334,7 +334,7 @@ function chart(opts) {
     svg("rect", { x: m.l, y: m.t, width: W - m.l - m.r, height: H - m.t - m.b })));
   const plot = svg("g", { "clip-path": `url(#${clip})` });
 
-  const yt = ticks(y0, y1, 5);
+  const yt = ticks(y0, y1, 7);
   for (const v of yt) {
     root.append(svg("line", { x1: m.l, x2: W - m.r, y1: Y(v), y2: Y(v), stroke: "#e6e9ef" }));
     root.append(svg("text", { x: m.l - 6, y: Y(v) + 4, "text-anchor": "end", "font-size": 11, fill: "#6b7383", text: +v.toPrecision(4) }));
