@@ -6,6 +6,7 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/parleyhq/parley/inference"
 )
@@ -21,10 +22,10 @@ within one run: these machines are shared and noisy.`,
 	return cmd
 }
 
-// backendFlags adds --backend and --plugin to cmd, filling b.
-func backendFlags(cmd *cobra.Command, b *inference.BackendConfig) {
-	cmd.Flags().StringVar(&b.Name, "backend", b.Name, `numeric backend: "go" (pure Go, CPU) or "xla" (PJRT; needs --plugin)`)
-	cmd.Flags().StringVar(&b.PluginPath, "plugin", b.PluginPath, "absolute path of the PJRT plugin for --backend xla")
+// backendFlags adds --backend and --plugin to f, filling b.
+func backendFlags(f *pflag.FlagSet, b *inference.BackendConfig) {
+	f.StringVar(&b.Name, "backend", b.Name, `numeric backend: "go" (pure Go, CPU) or "xla" (PJRT; needs --plugin)`)
+	f.StringVar(&b.PluginPath, "plugin", b.PluginPath, "absolute path of the PJRT plugin for --backend xla")
 }
 
 func newBenchInferenceCmd() *cobra.Command {
@@ -45,7 +46,7 @@ func newBenchInferenceCmd() *cobra.Command {
 			return writeJSONFile(out, rep)
 		},
 	}
-	backendFlags(cmd, &cfg.Backend)
+	backendFlags(cmd.Flags(), &cfg.Backend)
 	f := cmd.Flags()
 	f.StringVar(&cfg.Checkpoint, "checkpoint", "", "registry version directory to benchmark (default: a random model of the default size)")
 	f.IntSliceVar(&cfg.Batches, "batches", cfg.Batches, "decode batch sizes")

@@ -43,9 +43,9 @@ upper case with dashes as underscores (--data-dir → PARLEY_DATA_DIR). Flags wi
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
 	root.AddCommand(
 		newDevCmd(&g),
-		notBuilt("gateway", "Run the chat API gateway that game clients call", 4),
+		newGatewayCmd(&g),
 		notBuilt("learner", "Run the learner: session consumer, user-agent refresh and AT-GRPO cycles", 6),
-		notBuilt("ctl", "Live-ops control: API keys, rollout status, canary, promote, rollback, reports", 8),
+		newCtlCmd(&g),
 		newBotsCmd(&g),
 		notBuilt("train", "Train agents: SFT of the NPC policy or the user agent from a corpus", 6),
 		notBuilt("experiment", "Reproduce the paper's tables: SFT, GRPO, GSPO, TreeRPO and AT-GRPO side by side", 7),

@@ -1,0 +1,199 @@
+// Package gatewayd assembles one gateway process from its parts: the model
+// registry, the pool of resident policy versions that follows the rollout
+// state in Redis, the Kafka session logger with its spool, the HTTP server,
+// the admin API with its dashboard, and the A/B collector that follows the
+// session events. `parley gateway` and `parley dev` both run it.
+package gatewayd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/parleyhq/parley/gateway"
+	"github.com/parleyhq/parley/gateway/admin"
+	"github.com/parleyhq/parley/gateway/modelpool"
+	"github.com/parleyhq/parley/gateway/rollout"
+	"github.com/parleyhq/parley/gateway/sessionlog"
+	"github.com/parleyhq/parley/inference"
+	"github.com/parleyhq/parley/inference/registry"
+	"github.com/parleyhq/parley/internal/telemetry"
+	"github.com/parleyhq/parley/learner/abtest"
+)
+
+// Config is everything one gateway process needs.
+type Config struct {
+	Gateway    gateway.Config
+	SessionLog sessionlog.Config
+	Pool       modelpool.Config
+	Rollout    rollout.Config
+	Admin      admin.Config
+	Backend    inference.BackendConfig
+	Engine     inference.EngineConfig
+	// RedisAddr is the Redis server, host:port.
+	RedisAddr string
+	// Registry is the root of the local model registry.
+	Registry string
+	// DataDir holds the spool and the pool's work directory.
+	DataDir string
+	// Instance names this gateway in the fleet; the hostname by default.
+	Instance string
+	// WarmupTokens are decoded greedily before a version is served.
+	WarmupTokens int
+}
+
+// DefaultConfig serves deployment "npc" from model "npc".
+func DefaultConfig() Config {
+	g := gateway.DefaultConfig()
+	g.Deployment = "npc"
+	host, _ := os.Hostname()
+	return Config{
+		Gateway: g, SessionLog: sessionlog.DefaultConfig(), Pool: modelpool.DefaultConfig(),
+		Rollout: rollout.DefaultConfig(), Admin: admin.DefaultConfig(),
+		Backend: inference.DefaultBackendConfig(), Engine: inference.DefaultEngineConfig(),
+		RedisAddr: "127.0.0.1:6379", Registry: "var/registry", DataDir: "var/gateway",
+		Instance: host, WarmupTokens: 4,
+	}
+}
+
+// complete fills the fields that derive from others.
+func (c Config) complete() Config {
+	c.SessionLog.SpoolDir = filepath.Join(c.DataDir, "spool")
+	c.Pool.WorkDir = filepath.Join(c.DataDir, "pool")
+	c.Rollout.Prefix = c.Gateway.KeyPrefix
+	c.Admin.Deployment, c.Admin.Model = c.Gateway.Deployment, c.Pool.Model
+	return c
+}
+
+// Validate reports the first field that is unusable, naming it.
+func (c Config) Validate() error {
+	if c.RedisAddr == "" || c.Registry == "" || c.DataDir == "" || c.Instance == "" {
+		return errors.New("gateway: redis-addr, registry, data-dir and instance are required")
+	}
+	if len(c.SessionLog.Brokers) == 0 {
+		return errors.New("gateway: kafka-brokers is required")
+	}
+	c = c.complete()
+	return errors.Join(c.Gateway.Validate(), c.SessionLog.Validate(), c.Pool.Validate(),
+		c.Rollout.Validate(), c.Admin.Validate(), c.Backend.Validate(), c.Engine.Validate())
+}
+
+// Run serves until ctx is done, then stops the parts in order: the HTTP
+// server finishes in-flight requests, the session logger flushes, engines close.
+func Run(ctx context.Context, cfg Config, tel *telemetry.Telemetry) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	cfg = cfg.complete()
+	log := tel.Logger.With("component", "gateway", "instance", cfg.Instance)
+
+	rdb := redis.NewClient(&redis.Options{Addr: cfg.RedisAddr})
+	defer rdb.Close()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("gateway: redis at %s: %w", cfg.RedisAddr, err)
+	}
+	reg, err := registry.NewLocal(cfg.Registry)
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	rc, err := rollout.New(rdb, cfg.Rollout, log)
+	if err != nil {
+		return err
+	}
+	if err := initRollout(ctx, rc, reg, cfg); err != nil {
+		return err
+	}
+
+	events, err := sessionlog.New(cfg.SessionLog, log, tel.MeterProvider.Meter("parley/gateway/sessionlog"), tel.Propagator)
+	if err != nil {
+		return err
+	}
+	pool, err := modelpool.New(cfg.Pool, reg,
+		modelpool.InferenceFactory(cfg.Backend, cfg.Engine, cfg.WarmupTokens, log), log)
+	if err != nil {
+		_ = events.Close()
+		return err
+	}
+	srv, err := gateway.New(cfg.Gateway, gateway.Deps{
+		Redis: rdb, Events: events, Router: gateway.PoolRouter(pool), Logger: log,
+		TracerProvider: tel.TracerProvider, MeterProvider: tel.MeterProvider,
+		Propagator: tel.Propagator, MetricsHandler: tel.MetricsHandler,
+	})
+	if err != nil {
+		return errors.Join(err, events.Close(), pool.Close())
+	}
+	collector := abtest.NewCollector()
+	api, err := admin.New(cfg.Admin, admin.Deps{
+		Rollout: rc, Registry: reg, Curves: admin.LocalCurves{Registry: reg},
+		Sessions: collector, Caller: gateway.Caller, Logger: log,
+	})
+	if err != nil {
+		return errors.Join(err, events.Close(), pool.Close())
+	}
+	api.Register(srv.Admin())
+	srv.MountPublic("/admin", api.DashboardHandler())
+
+	bg, stopBG := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	background := func(name string, run func(context.Context) error) {
+		wg.Go(func() {
+			if err := run(bg); err != nil && bg.Err() == nil {
+				log.Error(name+" stopped", "err", err)
+			}
+		})
+	}
+	background("session logger", events.Run)
+	background("model pool", pool.Run)
+	background("rollout watch", func(ctx context.Context) error {
+		return rc.Watch(ctx, cfg.Gateway.Deployment, cfg.Instance, pool.Apply)
+	})
+	background("fleet heartbeat", func(ctx context.Context) error {
+		return rc.RunHeartbeat(ctx, func() rollout.Instance { return pool.Status().Instance(cfg.Gateway.Deployment, cfg.Instance) })
+	})
+	background("a/b follower", func(ctx context.Context) error {
+		return abtest.Follow(ctx, abtest.FollowConfig{
+			Brokers: cfg.SessionLog.Brokers, Topic: cfg.SessionLog.Topic,
+			GroupID: "parley-gateway-abtest-" + cfg.Instance,
+		}, collector, log)
+	})
+
+	err = srv.Run(ctx)
+	// The server has finished in-flight requests: flush the events they
+	// logged, then stop the rest.
+	closeErr := events.Close()
+	stopBG()
+	wg.Wait()
+	leaveCtx, cancel := context.WithTimeout(context.Background(), cfg.Rollout.FleetTTL)
+	defer cancel()
+	_ = rc.Leave(leaveCtx, cfg.Gateway.Deployment, cfg.Instance)
+	return errors.Join(err, closeErr, pool.Close())
+}
+
+// initRollout gives the deployment its first stable version, the newest in
+// the registry, when Redis holds no rollout state for it yet.
+func initRollout(ctx context.Context, rc *rollout.Client, reg *registry.Local, cfg Config) error {
+	dep := cfg.Gateway.Deployment
+	if _, err := rc.Get(ctx, dep); err == nil {
+		return nil
+	} else if !errors.Is(err, rollout.ErrNotFound) {
+		return fmt.Errorf("gateway: read rollout state: %w", err)
+	}
+	versions, err := reg.List(ctx, cfg.Pool.Model)
+	if err != nil {
+		return fmt.Errorf("gateway: list registry: %w", err)
+	}
+	if len(versions) == 0 {
+		return fmt.Errorf("gateway: registry %s has no version of model %q to serve: train one with `parley train sft` (or run `parley dev`, which bootstraps one)",
+			cfg.Registry, cfg.Pool.Model)
+	}
+	newest := versions[len(versions)-1] // List orders by creation time
+	if _, err := rc.Init(ctx, dep, newest.Version, "gateway/"+cfg.Instance); err != nil && !errors.Is(err, rollout.ErrExists) {
+		return fmt.Errorf("gateway: init rollout of %s: %w", dep, err)
+	}
+	return nil
+}

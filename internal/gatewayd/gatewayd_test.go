@@ -1,0 +1,201 @@
+package gatewayd
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/parleyhq/parley/gateway"
+	"github.com/parleyhq/parley/inference"
+	"github.com/parleyhq/parley/inference/registry"
+	"github.com/parleyhq/parley/internal/telemetry"
+	"github.com/parleyhq/parley/internal/testenv"
+	"github.com/parleyhq/parley/schema"
+	"github.com/parleyhq/parley/simulator"
+)
+
+// publishTiny puts a randomly initialised tiny model into the registry as
+// npc/version: a real checkpoint, so the gateway loads and verifies it as
+// it would any other.
+func publishTiny(t *testing.T, root, version string) {
+	t.Helper()
+	tok, err := inference.TrainTokenizer([]string{"Hello traveller, the road north is long.", "Do you like fishing by the river?"}, 300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mcfg := inference.ModelConfig{VocabSize: tok.VocabSize(), Dim: 32, Layers: 1, Heads: 2, FFNDim: 64, MaxSeq: 1024, RopeBase: 10000, NormEps: 1e-5}
+	m, err := inference.NewModel(mcfg, inference.DefaultBackendConfig(), 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), version)
+	if err := inference.SaveCheckpoint(dir, m, tok, schema.Manifest{Model: "npc", Version: version, Algorithm: "random-init"}); err != nil {
+		t.Fatal(err)
+	}
+	reg, err := registry.NewLocal(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Publish(context.Background(), "npc", version, dir); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestGatewayProcessEndToEnd runs the whole gateway process against real
+// Redis and a Kafka-protocol broker, plays bots against it over HTTP and
+// reads every event back from Kafka.
+func TestGatewayProcessEndToEnd(t *testing.T) {
+	rds, k := testenv.StartRedis(t), testenv.StartKafka(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	cfg := DefaultConfig()
+	cfg.RedisAddr, cfg.Registry, cfg.DataDir = rds.Addr, filepath.Join(t.TempDir(), "registry"), t.TempDir()
+	cfg.SessionLog.Brokers, cfg.SessionLog.Topic = k.Addrs, k.Topic("sessions")
+	cfg.Gateway.Addr = "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
+	cfg.Gateway.KeyPrefix, cfg.Gateway.Deployment = rds.Prefix, "e2e"
+	cfg.Gateway.Sampling.MaxTokens, cfg.Gateway.PlayerRate = 8, 0
+	cfg.Instance = "gw-test"
+	publishTiny(t, cfg.Registry, "v1")
+
+	tel, err := telemetry.New(ctx, telemetry.DefaultConfig(), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cfg, tel) }()
+	base := "http://" + cfg.Gateway.Addr
+	waitReady(t, base+"/readyz", done)
+
+	playerKey, err := gateway.CreateKey(ctx, rds.Client, rds.Prefix, "game", gateway.RolePlayerClient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opsKey, err := gateway.CreateKey(ctx, rds.Client, rds.Prefix, "ops", gateway.RoleLiveOps)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	bots := simulator.DefaultBotsConfig()
+	bots.GatewayURL, bots.APIKey = base, playerKey
+	bots.Players, bots.Sessions, bots.Concurrency, bots.MaxTurns = 4, 6, 3, 4
+	sum, err := simulator.RunBots(ctx, bots, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Errors != 0 || sum.Completed != bots.Sessions {
+		t.Fatalf("bots: %d completed, %d errors %v; want %d completed, no errors", sum.Completed, sum.Errors, sum.ErrorCodes, bots.Sessions)
+	}
+	if got := sum.PerPolicy["v1"].Sessions; got != bots.Sessions {
+		t.Errorf("sessions on v1 = %d; want %d (the registry's only version)", got, bots.Sessions)
+	}
+
+	// Every session's start, turns and end reach Kafka, each exactly once.
+	want := 2*bots.Sessions + sum.Exchanges
+	events := readEvents(ctx, t, k, cfg.SessionLog.Topic, want)
+	byType := map[schema.EventType]int{}
+	ids := map[string]bool{}
+	for _, ev := range events {
+		byType[ev.Type]++
+		if ids[ev.EventID] {
+			t.Errorf("event %s delivered twice", ev.EventID)
+		}
+		ids[ev.EventID] = true
+		if ev.PolicyVersion != "v1" || ev.Deployment != "e2e" {
+			t.Errorf("event %s: policy %q deployment %q; want v1, e2e", ev.EventID, ev.PolicyVersion, ev.Deployment)
+		}
+	}
+	if byType[schema.SessionStarted] != bots.Sessions || byType[schema.SessionEnded] != bots.Sessions || byType[schema.TurnEvent] != sum.Exchanges {
+		t.Errorf("events by type = %v; want %d started, %d turns, %d ended", byType, bots.Sessions, sum.Exchanges, bots.Sessions)
+	}
+
+	// The admin API answers live-ops, refuses a player key; the dashboard is served.
+	for _, c := range []struct {
+		path, key string
+		status    int
+		contains  string
+	}{
+		{"/admin/v1/rollout", opsKey, 200, `"stable":"v1"`},
+		{"/admin/v1/rollout", playerKey, 403, `"error"`},
+		{"/admin/", "", 200, "<html"},
+		{"/metrics", "", 200, "parley_"},
+	} {
+		req, _ := http.NewRequestWithContext(ctx, "GET", base+c.path, nil)
+		if c.key != "" {
+			req.Header.Set("Authorization", "Bearer "+c.key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.status || !strings.Contains(string(body), c.contains) {
+			t.Errorf("GET %s = %d %.200s; want %d containing %q", c.path, resp.StatusCode, body, c.status, c.contains)
+		}
+	}
+
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run after shutdown = %v; want nil", err)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(cfg.DataDir, "spool")); len(ents) == 0 {
+		t.Errorf("spool dir is empty; want the spool's files to remain for the next start")
+	}
+}
+
+func waitReady(t *testing.T, url string, done <-chan error) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-done:
+			t.Fatalf("gateway exited before ready: %v", err)
+		default:
+		}
+		if resp, err := http.Get(url); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s not ready within 90s", url)
+}
+
+func readEvents(ctx context.Context, t *testing.T, k *testenv.Kafka, topic string, n int) []schema.SessionEvent {
+	t.Helper()
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: k.Addrs, Topic: topic, GroupID: k.Prefix + "check",
+		StartOffset: kafka.FirstOffset, MaxWait: 200 * time.Millisecond})
+	defer r.Close()
+	var out []schema.SessionEvent
+	for len(out) < n {
+		m, err := r.ReadMessage(ctx)
+		if err != nil {
+			t.Fatalf("read event %d of %d: %v", len(out)+1, n, err)
+		}
+		var ev schema.SessionEvent
+		if err := json.Unmarshal(m.Value, &ev); err != nil {
+			t.Fatal(err)
+		}
+		if err := ev.Validate(); err != nil {
+			t.Errorf("event on the topic: %v", err)
+		}
+		if string(m.Key) != ev.SessionID {
+			t.Errorf("record key %q; want the session id %q", m.Key, ev.SessionID)
+		}
+		out = append(out, ev)
+	}
+	return out
+}
