@@ -32,8 +32,9 @@ type cpuDecoder struct {
 	pool *cpuPool
 
 	rows, length int
-	// k and v hold, per layer, the rotated keys and the values laid out
-	// [rows, heads, length, hd], so one head's positions are contiguous.
+	// k holds, per layer, the rotated keys [rows, heads, length, hd] and v
+	// the values transposed, [rows, heads, hd, length], so that both
+	// products of attention are dot products over contiguous memory.
 	k, v [][]float32
 
 	s cpuScratch
@@ -171,7 +172,7 @@ func (d *cpuDecoder) resize(src []int, rows, length int) error {
 	hd := c.HeadDim()
 	size := rows * c.Heads * length * hd
 	k, v := make([][]float32, c.Layers), make([][]float32, c.Layers)
-	keep := min(length, d.length) * hd
+	keep := min(length, d.length)
 	for l := range c.Layers {
 		k[l], v[l] = make([]float32, size), make([]float32, size)
 		if d.k == nil {
@@ -184,8 +185,10 @@ func (d *cpuDecoder) resize(src []int, rows, length int) error {
 			for h := range c.Heads {
 				to := (r*c.Heads + h) * length * hd
 				from := (s*c.Heads + h) * d.length * hd
-				copy(k[l][to:to+keep], d.k[l][from:from+keep])
-				copy(v[l][to:to+keep], d.v[l][from:from+keep])
+				copy(k[l][to:to+keep*hd], d.k[l][from:from+keep*hd])
+				for i := range hd {
+					copy(v[l][to+i*length:to+i*length+keep], d.v[l][from+i*d.length:from+i*d.length+keep])
+				}
 			}
 		}
 	}
@@ -321,9 +324,11 @@ func (d *cpuDecoder) forward(toks, rows, pos, sel []int, logits []float32) {
 					rotate(t[h*hd:(h+1)*hd], cs, sn)
 					kh := t[D+h*hd : D+(h+1)*hd]
 					rotate(kh, cs, sn)
-					at := ((rows[j]*H+h)*d.length + pos[j]) * hd
-					copy(kc[at:at+hd], kh)
-					copy(vc[at:at+hd], t[2*D+h*hd:2*D+(h+1)*hd])
+					base := (rows[j]*H + h) * d.length * hd
+					copy(kc[base+pos[j]*hd:base+(pos[j]+1)*hd], kh)
+					for i, x := range t[2*D+h*hd : 2*D+(h+1)*hd] {
+						vc[base+i*d.length+pos[j]] = x
+					}
 				}
 			}
 		})
@@ -334,7 +339,7 @@ func (d *cpuDecoder) forward(toks, rows, pos, sel []int, logits []float32) {
 				for h := range H {
 					q := qkv[j*3*D+h*hd : j*3*D+(h+1)*hd]
 					base := (rows[j]*H + h) * d.length * hd
-					attendRow(att[j*D+h*hd:j*D+(h+1)*hd], q, kc[base:], vc[base:], scores[:pos[j]+1], scale)
+					attendRow(att[j*D+h*hd:j*D+(h+1)*hd], q, kc[base:], vc[base:], d.length, scores[:pos[j]+1], scale)
 				}
 			}
 		})
@@ -372,12 +377,21 @@ func rotate(x, cs, sn []float32) {
 }
 
 // attendRow writes softmax(q·kᵀ·scale)·v to out for one head over the
-// len(scores) first positions of k and v ([positions, hd], contiguous).
-func attendRow(out, q, k, v, scores []float32, scale float32) {
-	hd := len(q)
+// T = len(scores) first positions of k [positions, hd] and vt, the values
+// transposed [hd, stride].
+func attendRow(out, q, k, vt []float32, stride int, scores []float32, scale float32) {
+	hd, T := len(q), len(scores)
+	t := 0
+	for ; t+4 <= T; t += 4 {
+		scores[t], scores[t+1], scores[t+2], scores[t+3] = dot4x1(
+			k[t*hd:(t+1)*hd], k[(t+1)*hd:(t+2)*hd], k[(t+2)*hd:(t+3)*hd], k[(t+3)*hd:(t+4)*hd], q)
+	}
+	for ; t < T; t++ {
+		scores[t] = dot(q, k[t*hd:(t+1)*hd])
+	}
 	mx := float32(math.Inf(-1))
-	for t := range scores {
-		s := dot(q, k[t*hd:(t+1)*hd]) * scale
+	for t, s := range scores {
+		s *= scale
 		scores[t] = s
 		mx = max(mx, s)
 	}
@@ -387,9 +401,17 @@ func attendRow(out, q, k, v, scores []float32, scale float32) {
 		scores[t] = e
 		sum += e
 	}
-	clear(out)
 	inv := 1 / sum
 	for t, p := range scores {
-		axpy(out, p*inv, v[t*hd:(t+1)*hd])
+		scores[t] = p * inv
+	}
+	i := 0
+	for ; i+4 <= hd; i += 4 {
+		out[i], out[i+1], out[i+2], out[i+3] = dot4x1(
+			vt[i*stride:i*stride+T], vt[(i+1)*stride:(i+1)*stride+T],
+			vt[(i+2)*stride:(i+2)*stride+T], vt[(i+3)*stride:(i+3)*stride+T], scores)
+	}
+	for ; i < hd; i++ {
+		out[i] = dot(scores, vt[i*stride:i*stride+T])
 	}
 }
