@@ -273,10 +273,14 @@ func grow(buf *[]float32, n int) []float32 {
 	return *buf
 }
 
+// parallelMACs is the size of matmul below which handing half of it to a
+// helper goroutine costs more than it saves.
+const parallelMACs = 1 << 17
+
 // matmul computes y [n, out] (+)= x [n, in] · wᵀ for w [out, in] on the
 // pool, split over the output rows.
 func (d *cpuDecoder) matmul(y, x, w []float32, n, in, out int, add bool) {
-	if n*in*out < 1<<15 {
+	if n*in*out < parallelMACs {
 		matmulRows(y, x, w, n, in, out, 0, out, add)
 		return
 	}
