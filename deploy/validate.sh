@@ -15,6 +15,7 @@
 #   compose        `docker compose config` or Debian's `docker-compose config`
 #   compose-spec   the Compose Specification's loader and schema (compose-go, via `go run`)
 #   promtool       `promtool check config prometheus.yml`
+#   otelcol        `otelcol-contrib validate` of otel-collector.yaml (when one is installed)
 #   kustomize      `kubectl kustomize deploy/k8s` renders
 #   k8s-schema     every Kubernetes object against the API schemas
 #                  (kubernetes-models) and field lists (@kubernetes/client-node)
@@ -34,7 +35,7 @@ while [ $# -gt 0 ]; do
     --binary) BINARY="${2:?--binary needs a path}"; shift 2 ;;
     --binary=*) BINARY="${1#--binary=}"; shift ;;
     --install) INSTALL=1; shift ;;
-    -h|--help) sed -n '2,24p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "validate.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -125,6 +126,15 @@ if have promtool; then
   step promtool promtool check config prometheus.yml
 else
   skip promtool "not installed (apt-get install prometheus)"
+fi
+
+# ---- The collector's own validation, where a collector binary is at hand
+# (otelcol-contrib on the PATH, or OTELCOL=/path/to/collector).
+OTELCOL="${OTELCOL:-$(command -v otelcol-contrib || true)}"
+if [ -n "$OTELCOL" ]; then
+  step otelcol "$OTELCOL" validate --config="$DEPLOY/otel-collector.yaml"
+else
+  skip otelcol "no collector binary (put otelcol-contrib on the PATH or set OTELCOL); structure checks the pipelines"
 fi
 
 # ---- Kustomize rendering
