@@ -32,9 +32,10 @@ type cpuDecoder struct {
 	pool *cpuPool
 
 	rows, length int
-	// k holds, per layer, the rotated keys [rows, heads, length, hd] and v
-	// the values transposed, [rows, heads, hd, length], so that both
-	// products of attention are dot products over contiguous memory.
+	// k holds, per layer, the rotated keys transposed, [rows, heads, hd,
+	// length], and v the values [rows, heads, length, hd]: both products of
+	// attention then read whole rows of 32 outputs (scores of 32
+	// positions, 32 dims of the output) per input element (axpy32).
 	k, v [][]float32
 
 	s cpuScratch
@@ -185,9 +186,9 @@ func (d *cpuDecoder) resize(src []int, rows, length int) error {
 			for h := range c.Heads {
 				to := (r*c.Heads + h) * length * hd
 				from := (s*c.Heads + h) * d.length * hd
-				copy(k[l][to:to+keep*hd], d.k[l][from:from+keep*hd])
+				copy(v[l][to:to+keep*hd], d.v[l][from:from+keep*hd])
 				for i := range hd {
-					copy(v[l][to+i*length:to+i*length+keep], d.v[l][from+i*d.length:from+i*d.length+keep])
+					copy(k[l][to+i*length:to+i*length+keep], d.k[l][from+i*d.length:from+i*d.length+keep])
 				}
 			}
 		}
@@ -329,16 +330,16 @@ func (d *cpuDecoder) forward(toks, rows, pos, sel []int, logits []float32) {
 					kh := t[D+h*hd : D+(h+1)*hd]
 					rotate(kh, cs, sn)
 					base := (rows[j]*H + h) * d.length * hd
-					copy(kc[base+pos[j]*hd:base+(pos[j]+1)*hd], kh)
-					for i, x := range t[2*D+h*hd : 2*D+(h+1)*hd] {
-						vc[base+i*d.length+pos[j]] = x
+					for i, x := range kh {
+						kc[base+i*d.length+pos[j]] = x
 					}
+					copy(vc[base+pos[j]*hd:base+(pos[j]+1)*hd], t[2*D+h*hd:2*D+(h+1)*hd])
 				}
 			}
 		})
 		// Causal attention of each token over its row's cache.
 		d.pool.run(n, tokGrain, func(lo, hi int) {
-			scores := make([]float32, d.length)
+			scores := make([]float32, (d.length+31)/32*32)
 			for j := lo; j < hi; j++ {
 				for h := range H {
 					q := qkv[j*3*D+h*hd : j*3*D+(h+1)*hd]
@@ -381,17 +382,20 @@ func rotate(x, cs, sn []float32) {
 }
 
 // attendRow writes softmax(q·kᵀ·scale)·v to out for one head over the
-// T = len(scores) first positions of k [positions, hd] and vt, the values
-// transposed [hd, stride].
-func attendRow(out, q, k, vt []float32, stride int, scores []float32, scale float32) {
+// T = len(scores) first positions of kt, the keys transposed [hd, stride],
+// and v [positions, hd]. scores must have room for T rounded up to 32.
+func attendRow(out, q, kt, v []float32, stride int, scores []float32, scale float32) {
 	hd, T := len(q), len(scores)
-	t := 0
-	for ; t+4 <= T; t += 4 {
-		scores[t], scores[t+1], scores[t+2], scores[t+3] = dot4x1(
-			k[t*hd:(t+1)*hd], k[(t+1)*hd:(t+2)*hd], k[(t+2)*hd:(t+3)*hd], k[(t+3)*hd:(t+4)*hd], q)
+	t0 := 0
+	for ; t0 < T && t0+32 <= stride; t0 += 32 {
+		axpy32(scores[t0:t0+32], q, kt[t0:], stride)
 	}
-	for ; t < T; t++ {
-		scores[t] = dot(q, k[t*hd:(t+1)*hd])
+	for t := t0; t < T; t++ {
+		var s float32
+		for i, x := range q {
+			s += x * kt[i*stride+t]
+		}
+		scores[t] = s
 	}
 	mx := float32(math.Inf(-1))
 	for t, s := range scores {
@@ -409,13 +413,14 @@ func attendRow(out, q, k, vt []float32, stride int, scores []float32, scale floa
 	for t, p := range scores {
 		scores[t] = p * inv
 	}
-	i := 0
-	for ; i+4 <= hd; i += 4 {
-		out[i], out[i+1], out[i+2], out[i+3] = dot4x1(
-			vt[i*stride:i*stride+T], vt[(i+1)*stride:(i+1)*stride+T],
-			vt[(i+2)*stride:(i+2)*stride+T], vt[(i+3)*stride:(i+3)*stride+T], scores)
+	if hd%32 == 0 {
+		for i := 0; i < hd; i += 32 {
+			axpy32(out[i:i+32], scores, v[i:], hd)
+		}
+		return
 	}
-	for ; i < hd; i++ {
-		out[i] = dot(scores, vt[i*stride:i*stride+T])
+	clear(out)
+	for t, p := range scores {
+		axpy(out, p, v[t*hd:(t+1)*hd])
 	}
 }

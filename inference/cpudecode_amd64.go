@@ -39,3 +39,22 @@ func dot4x1(w0, w1, w2, w3, x []float32) (s0, s1, s2, s3 float32) {
 	s0, s1, s2, s3, _, _, _, _ = dot4x2(w0, w1, w2, w3, x, x)
 	return
 }
+
+// axpy32AVX sets out[0:32] = Σ_{d<n} a[d]·b[d·stride : d·stride+32] for
+// n ≥ 1 (cpudecode_amd64.s).
+//
+//go:noescape
+func axpy32AVX(out, a, b *float32, n, stride int)
+
+// axpy32 sets out[0:32] = Σ_d a[d]·b[d·stride : d·stride+32] over
+// d < len(a), with AVX2 FMA when the CPU has it.
+func axpy32(out, a, b []float32, stride int) {
+	n := len(a)
+	if !hasAVX2FMA || n == 0 {
+		axpy32Go(out, a, b, stride)
+		return
+	}
+	_ = out[31]
+	_ = b[(n-1)*stride+31]
+	axpy32AVX(&out[0], &a[0], &b[0], n, stride)
+}

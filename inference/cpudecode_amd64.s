@@ -60,3 +60,37 @@ loop:
 	VMOVUPS X4, 16(R9)
 	VZEROUPPER
 	RET
+
+// func axpy32AVX(out, a, b *float32, n, stride int)
+//
+// out[0:32] = Σ_{d<n} a[d]·b[d·stride : d·stride+32], n ≥ 1: one
+// broadcast and four 8-wide FMAs per d.
+TEXT ·axpy32AVX(SB), NOSPLIT, $0-40
+	MOVQ out+0(FP), DI
+	MOVQ a+8(FP), SI
+	MOVQ b+16(FP), AX
+	MOVQ n+24(FP), CX
+	MOVQ stride+32(FP), DX
+	SHLQ $2, DX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+
+axloop:
+	VBROADCASTSS (SI), Y4
+	VFMADD231PS 0(AX), Y4, Y0
+	VFMADD231PS 32(AX), Y4, Y1
+	VFMADD231PS 64(AX), Y4, Y2
+	VFMADD231PS 96(AX), Y4, Y3
+	ADDQ $4, SI
+	ADDQ DX, AX
+	DECQ CX
+	JNZ  axloop
+
+	VMOVUPS Y0, 0(DI)
+	VMOVUPS Y1, 32(DI)
+	VMOVUPS Y2, 64(DI)
+	VMOVUPS Y3, 96(DI)
+	VZEROUPPER
+	RET

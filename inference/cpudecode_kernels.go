@@ -194,6 +194,16 @@ func dot(a, b []float32) float32 {
 	return (s0 + s1) + (s2 + s3)
 }
 
+// axpy32Go sets out[0:32] = Σ_d a[d]·b[d·stride : d·stride+32] over
+// d < len(a).
+func axpy32Go(out, a, b []float32, stride int) {
+	out = out[:32]
+	clear(out)
+	for d, x := range a {
+		axpy(out, x, b[d*stride:d*stride+32])
+	}
+}
+
 // axpy does y += a·x.
 func axpy(y []float32, a float32, x []float32) {
 	x = x[:len(y)]

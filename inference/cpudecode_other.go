@@ -12,3 +12,5 @@ func dot4x2(w0, w1, w2, w3, x0, x1 []float32) (s00, s01, s02, s03, s10, s11, s12
 func dot4x1(w0, w1, w2, w3, x []float32) (s0, s1, s2, s3 float32) {
 	return dot4x1Go(w0, w1, w2, w3, x)
 }
+
+func axpy32(out, a, b []float32, stride int) { axpy32Go(out, a, b, stride) }

@@ -10,6 +10,14 @@ import (
 	"testing"
 )
 
+// headDim32Config has the default model's head size, which the attention
+// kernel handles specially.
+func headDim32Config() ModelConfig {
+	c := tinyConfig()
+	c.Dim, c.Heads = 64, 2
+	return c
+}
+
 // oddConfig has sizes that are not multiples of the kernels' blocks.
 func oddConfig() ModelConfig {
 	c := DefaultModelConfig()
@@ -99,6 +107,23 @@ func TestDot4x2MatchesGo(t *testing.T) {
 		g1, g2, g3, g4 := dot4x1(v[0], v[1], v[2], v[3], v[4])
 		if d := maxAbsDiff([]float32{g1, g2, g3, g4}, want[:4]); d > 1e-4 {
 			t.Fatalf("n=%d: dot4x1 = %v; plain Go = %v", n, []float32{g1, g2, g3, g4}, want[:4])
+		}
+	}
+}
+
+func TestAxpy32MatchesGo(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	for _, tc := range []struct{ n, stride int }{{1, 32}, {3, 32}, {7, 40}, {32, 64}, {65, 33}} {
+		a, b := randSlice(rng, tc.n), randSlice(rng, (tc.n-1)*tc.stride+32)
+		got, want := make([]float32, 32), make([]float32, 32)
+		axpy32(got, a, b, tc.stride)
+		for d, x := range a {
+			for i := range want {
+				want[i] += x * b[d*tc.stride+i]
+			}
+		}
+		if d := maxAbsDiff(got, want); d > 1e-4 {
+			t.Fatalf("n=%d stride=%d: axpy32 = %v; want %v", tc.n, tc.stride, got, want)
 		}
 	}
 }
@@ -240,6 +265,7 @@ func TestCPUDecoderMatchesGoMLX(t *testing.T) {
 		{"odd sizes", oddConfig(), 0},
 		{"sharp weights", tinyConfig(), 0.25},
 		{"odd sizes sharp weights", oddConfig(), 0.2},
+		{"head dim 32 sharp weights", headDim32Config(), 0.15},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m, err := NewModel(tc.cfg, DefaultBackendConfig(), 7)
@@ -311,8 +337,9 @@ func runDecoderParity(t *testing.T, m *Model, rng *rand.Rand) {
 	seqs = [][]int{seqs[3], seqs[1], nil, seqs[0], nil, nil, nil, nil}
 	admit([]int{6, 2, 4, 7}, []int{2, 30, 11, 1})
 	steps(5)
-	// Rows leave and the cache shrinks to fewer rows.
-	p.resize([]int{2, 6, 3, 1}, 4, 64)
+	// Rows leave and the cache shrinks to fewer rows and a length that is
+	// not a multiple of the kernels' 32 positions.
+	p.resize([]int{2, 6, 3, 1}, 4, 50)
 	seqs = [][]int{seqs[2], seqs[6], seqs[3], seqs[1]}
 	seqs[1] = nil
 	steps(6)
