@@ -14,8 +14,12 @@ func newDevCmd(g *globalFlags) *cobra.Command {
 		Use:   "dev",
 		Short: "Run the whole system in one process on embedded defaults",
 		Long: `Run the whole system in one process: an embedded Kafka-protocol broker, Redis
-(an embedded miniredis unless --redis-addr or PARLEY_REDIS_ADDR names a server) and the
-components, all on loopback, with their data under --data-dir. Ctrl-C stops it cleanly.`,
+(an embedded miniredis unless --redis-addr or PARLEY_REDIS_ADDR names a server), the
+gateway, the learner and, with --bots N, ground-truth players talking to the gateway, all
+on loopback, with their data under --data-dir. If the registry has no NPC policy or user
+agent yet, it first generates a corpus and trains them (cached under --data-dir; an
+interrupted bootstrap resumes). It prints the chat URL, the dashboard URL and two API keys
+(player_key=..., admin_key=...). Ctrl-C stops it cleanly.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := cfg.Validate(); err != nil {
@@ -27,7 +31,7 @@ components, all on loopback, with their data under --data-dir. Ctrl-C stops it c
 			}
 			defer tel.Shutdown(cmd.Context()) //nolint:errcheck // best effort at exit
 			slog.SetDefault(tel.Logger)
-			stack, err := devstack.New(cfg, tel)
+			stack, err := devstack.New(cfg, tel, cmd.OutOrStdout())
 			if err != nil {
 				return err
 			}
@@ -39,5 +43,12 @@ components, all on loopback, with their data under --data-dir. Ctrl-C stops it c
 	f.StringVar(&cfg.Addr, "addr", cfg.Addr, "HTTP address of the gateway, host:port")
 	f.IntVar(&cfg.KafkaPort, "kafka-port", cfg.KafkaPort, "loopback port of the embedded Kafka broker (0 picks one)")
 	f.StringVar(&cfg.RedisAddr, "redis-addr", cfg.RedisAddr, "external Redis host:port (empty: embedded miniredis)")
+	f.IntVar(&cfg.Bots, "bots", cfg.Bots, "ground-truth players talking to the gateway at a time (0: none)")
+	f.BoolVar(&cfg.Learner, "learner", cfg.Learner, "run the learner (session consumer and user-agent refresh)")
+	b := &cfg.Bootstrap
+	f.IntVar(&b.Players, "bootstrap-players", b.Players, "personas in the bootstrap corpus")
+	f.IntVar(&b.DialoguesPerPlayer, "bootstrap-dialogues", b.DialoguesPerPlayer, "bootstrap dialogues per persona")
+	f.IntVar(&b.Steps, "bootstrap-steps", b.Steps, "SFT steps of each bootstrap agent")
+	f.IntVar(&b.BatchSize, "bootstrap-batch", b.BatchSize, "SFT batch size of the bootstrap")
 	return cmd
 }

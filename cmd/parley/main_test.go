@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -61,15 +62,23 @@ func TestInvalidConfigNamesTheField(t *testing.T) {
 
 func TestDevStartsAndStopsCleanly(t *testing.T) {
 	addr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
+	dataDir := t.TempDir()
+	// A registry that already has both agents: the bootstrap is skipped
+	// (internal/devstack tests the bootstrap itself).
+	testenv.PublishTinyModel(t, filepath.Join(dataDir, "registry"), "npc", "v1")
+	testenv.PublishTinyModel(t, filepath.Join(dataDir, "registry"), "user-agent", "v1")
+
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	var out string
 	go func() {
-		_, err := run(ctx, "dev", "--data-dir", t.TempDir(), "--addr", addr, "--log-level", "warn")
+		var err error
+		out, err = run(ctx, "dev", "--data-dir", dataDir, "--addr", addr, "--log-level", "warn")
 		done <- err
 	}()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		resp, err := http.Get("http://" + addr + "/healthz")
+		resp, err := http.Get("http://" + addr + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -82,17 +91,23 @@ func TestDevStartsAndStopsCleanly(t *testing.T) {
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("parley dev did not serve /healthz within 30s")
+			t.Fatal("parley dev was not ready within 2m")
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	time.Sleep(200 * time.Millisecond) // let it print the keys
 	cancel()
 	select {
 	case err := <-done:
 		if err != nil {
 			t.Fatalf("parley dev after Ctrl-C = %v; want nil", err)
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("parley dev did not stop within 30s of Ctrl-C")
+	case <-time.After(time.Minute):
+		t.Fatal("parley dev did not stop within a minute of Ctrl-C")
+	}
+	for _, line := range []string{"\nplayer_key=pk_", "\nadmin_key=", "dashboard_url=http://" + addr + "/admin/"} {
+		if !strings.Contains(out, line) {
+			t.Errorf("parley dev output lacks %q:\n%s", line, out)
+		}
 	}
 }

@@ -1,29 +1,39 @@
 // Package devstack runs Parley's whole system in one process for development
 // (`parley dev`): an embedded Kafka-protocol broker, Redis (miniredis unless an
-// external Redis is given) and the components, all on loopback, with their
-// data under one directory.
+// external Redis is given), the first NPC policy and user agent trained if the
+// registry has none, the gateway, the learner and, on request, a population
+// of ground-truth players playing against the gateway — all on loopback, with
+// their data under one directory.
 package devstack
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/redis/go-redis/v9"
 
+	"github.com/parleyhq/parley/gateway"
+	"github.com/parleyhq/parley/internal/broker"
+	"github.com/parleyhq/parley/internal/gatewayd"
 	"github.com/parleyhq/parley/internal/telemetry"
+	"github.com/parleyhq/parley/learner"
+	"github.com/parleyhq/parley/simulator"
 )
 
 // Config says where the dev stack keeps its data and listens.
 type Config struct {
-	// DataDir holds the broker's log, the registry and the learner's data.
+	// DataDir holds the broker's log, the registry, the gateway's spool and
+	// the learner's data.
 	DataDir string
 	// Addr is the HTTP address of the gateway (host:port).
 	Addr string
@@ -31,11 +41,17 @@ type Config struct {
 	KafkaPort int
 	// RedisAddr names an external Redis; empty starts an embedded miniredis.
 	RedisAddr string
+	// Bots is how many ground-truth players talk to the gateway at a time;
+	// 0 runs none.
+	Bots int
+	// Learner runs the session consumer and the user-agent refresh.
+	Learner   bool
+	Bootstrap BootstrapConfig
 }
 
 // DefaultConfig keeps data in ./var and serves on 127.0.0.1:8080.
 func DefaultConfig() Config {
-	return Config{DataDir: "var", Addr: "127.0.0.1:8080"}
+	return Config{DataDir: "var", Addr: "127.0.0.1:8080", Learner: true, Bootstrap: DefaultBootstrapConfig()}
 }
 
 // Validate reports the first field that is unusable.
@@ -54,7 +70,10 @@ func (c Config) Validate() error {
 			return fmt.Errorf("dev: redis addr %q is not host:port: %w", c.RedisAddr, err)
 		}
 	}
-	return nil
+	if c.Bots < 0 {
+		return fmt.Errorf("dev: bots %d is negative", c.Bots)
+	}
+	return c.Bootstrap.Validate()
 }
 
 // Stack is the running dev system.
@@ -62,14 +81,17 @@ type Stack struct {
 	cfg Config
 	tel *telemetry.Telemetry
 	log *slog.Logger
+	out io.Writer
 }
 
-// New checks cfg and prepares a stack; Run starts it.
-func New(cfg Config, tel *telemetry.Telemetry) (*Stack, error) {
+// New checks cfg and prepares a stack; Run starts it. The URLs and keys a
+// person needs are printed to out; progress and logs go to the telemetry
+// logger.
+func New(cfg Config, tel *telemetry.Telemetry, out io.Writer) (*Stack, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Stack{cfg: cfg, tel: tel, log: tel.Logger}, nil
+	return &Stack{cfg: cfg, tel: tel, log: tel.Logger, out: out}, nil
 }
 
 // Run starts every part, logs where each listens, and stops them all when
@@ -79,12 +101,12 @@ func (s *Stack) Run(ctx context.Context) error {
 	if err := os.MkdirAll(kafkaDir, 0o755); err != nil {
 		return fmt.Errorf("dev: create data dir: %w", err)
 	}
-	broker, err := NewBroker(s.cfg.KafkaPort, kafkaDir)
+	kafka, err := broker.New(s.cfg.KafkaPort, kafkaDir)
 	if err != nil {
 		return fmt.Errorf("dev: %w", err)
 	}
-	defer broker.Close()
-	s.log.Info("kafka broker listening", "addrs", broker.ListenAddrs(), "data", kafkaDir)
+	defer kafka.Close()
+	s.log.Info("kafka broker listening", "addrs", kafka.ListenAddrs(), "data", kafkaDir)
 
 	redisAddr := s.cfg.RedisAddr
 	if redisAddr == "" {
@@ -99,42 +121,131 @@ func (s *Stack) Run(ctx context.Context) error {
 		s.log.Info("using redis", "addr", redisAddr)
 	}
 
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", s.tel.MetricsHandler)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-	ln, err := net.Listen("tcp", s.cfg.Addr)
-	if err != nil {
-		return fmt.Errorf("dev: listen on %s: %w", s.cfg.Addr, err)
+	registryDir := filepath.Join(s.cfg.DataDir, "registry")
+	if err := bootstrap(ctx, s.cfg.Bootstrap, s.cfg.DataDir, registryDir, os.Stderr, s.log); err != nil {
+		if ctx.Err() != nil {
+			return nil // interrupted: the next start resumes from the checkpoints
+		}
+		return err
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	s.log.Info("http listening", "url", "http://"+ln.Addr().String())
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
 
+	gw := gatewayd.DefaultConfig()
+	gw.Gateway.Addr, gw.RedisAddr, gw.Registry = s.cfg.Addr, redisAddr, registryDir
+	gw.DataDir, gw.Instance = filepath.Join(s.cfg.DataDir, "gateway"), "dev"
+	gw.SessionLog.Brokers = kafka.ListenAddrs()
+	gw.SessionLog.AllowAutoTopicCreation = true
+	gw.Gateway.PlayerRate = 0 // the bots share one client; per-player limits stay on in production
+
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+	playerKey, err := gateway.CreateKey(ctx, rdb, gw.Gateway.KeyPrefix, "dev-game", gateway.RolePlayerClient)
+	if err != nil {
+		return fmt.Errorf("dev: create player key: %w", err)
+	}
+	adminKey, err := gateway.CreateKey(ctx, rdb, gw.Gateway.KeyPrefix, "dev-admin", gateway.RoleAdmin)
+	if err != nil {
+		return fmt.Errorf("dev: create admin key: %w", err)
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	wg.Go(func() { errs <- gatewayd.Run(ctx, gw, s.tel) })
+	if s.cfg.Learner {
+		lc := learner.DefaultConfig()
+		lc.DataDir, lc.Registry = filepath.Join(s.cfg.DataDir, "learner"), registryDir
+		lc.Consumer.Brokers = kafka.ListenAddrs()
+		l, err := learner.New(lc, learner.Deps{Logger: s.log.With("component", "learner")})
+		if err != nil {
+			cancel()
+			wg.Wait()
+			return err
+		}
+		wg.Go(func() { errs <- l.Run(ctx) })
+	}
+
+	base := "http://" + s.cfg.Addr
+	if err := waitReady(ctx, base+"/readyz"); err != nil {
+		cancel()
+		wg.Wait()
+		if err := drain(errs); err != nil {
+			return err
+		}
+		return nil // stopped before the gateway was ready
+	}
+	fmt.Fprintf(s.out, "\nParley is up.\nchat_url=%s/v1/sessions\ndashboard_url=%s/admin/\nplayer_key=%s\nadmin_key=%s\n\n",
+		base, base, playerKey, adminKey)
+	if s.cfg.Bots > 0 {
+		wg.Go(func() { errs <- s.runBots(ctx, base, playerKey) })
+	}
+
+	var first error
 	select {
 	case <-ctx.Done():
-	case err := <-errc:
-		return fmt.Errorf("dev: http server: %w", err)
+	case first = <-errs:
 	}
 	s.log.Info("shutting down")
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	return srv.Shutdown(shutdownCtx)
+	cancel()
+	wg.Wait()
+	return errors.Join(first, drain(errs))
 }
 
-// NewBroker starts an embedded Kafka-protocol broker on 127.0.0.1:port (0
-// picks a free port) that keeps its log under dataDir (in memory when empty),
-// fsyncs every batch, and creates topics on first use with 3 partitions.
-func NewBroker(port int, dataDir string) (*kfake.Cluster, error) {
-	opts := []kfake.Opt{
-		kfake.NumBrokers(1), kfake.Ports(port), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(3),
+// runBots plays rounds of ground-truth players against the gateway until
+// ctx is done, logging each round's summary.
+func (s *Stack) runBots(ctx context.Context, base, key string) error {
+	cfg := simulator.DefaultBotsConfig()
+	cfg.GatewayURL, cfg.APIKey = base, key
+	cfg.Players, cfg.Concurrency, cfg.Sessions = 50, s.cfg.Bots, 4*s.cfg.Bots
+	for round := uint64(1); ctx.Err() == nil; round++ {
+		cfg.Seed = round
+		sum, err := simulator.RunBots(ctx, cfg, s.log.With("component", "bots"))
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("dev bots: %w", err)
+		}
+		s.log.Info("bots round", "round", round, "sessions", sum.Sessions, "avg_l", sum.AvgL, "errors", sum.Errors)
 	}
-	if dataDir != "" {
-		opts = append(opts, kfake.DataDir(dataDir), kfake.SyncWrites())
+	return nil
+}
+
+func waitReady(ctx context.Context, url string) error {
+	for {
+		if ok, _ := ready(ctx, url); ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
-	c, err := kfake.NewCluster(opts...)
+}
+
+// drain collects the errors already sent, ignoring nils.
+func drain(errs chan error) error {
+	var all []error
+	for {
+		select {
+		case err := <-errs:
+			all = append(all, err)
+		default:
+			return errors.Join(all...)
+		}
+	}
+}
+
+func ready(ctx context.Context, url string) (bool, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return nil, fmt.Errorf("start kafka broker on port %d: %w", port, err)
+		return false, err
 	}
-	return c, nil
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false, err
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK, nil
 }

@@ -16,40 +16,11 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/parleyhq/parley/gateway"
-	"github.com/parleyhq/parley/inference"
-	"github.com/parleyhq/parley/inference/registry"
 	"github.com/parleyhq/parley/internal/telemetry"
 	"github.com/parleyhq/parley/internal/testenv"
 	"github.com/parleyhq/parley/schema"
 	"github.com/parleyhq/parley/simulator"
 )
-
-// publishTiny puts a randomly initialised tiny model into the registry as
-// npc/version: a real checkpoint, so the gateway loads and verifies it as
-// it would any other.
-func publishTiny(t *testing.T, root, version string) {
-	t.Helper()
-	tok, err := inference.TrainTokenizer([]string{"Hello traveller, the road north is long.", "Do you like fishing by the river?"}, 300)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mcfg := inference.ModelConfig{VocabSize: tok.VocabSize(), Dim: 32, Layers: 1, Heads: 2, FFNDim: 64, MaxSeq: 1024, RopeBase: 10000, NormEps: 1e-5}
-	m, err := inference.NewModel(mcfg, inference.DefaultBackendConfig(), 7)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(t.TempDir(), version)
-	if err := inference.SaveCheckpoint(dir, m, tok, schema.Manifest{Model: "npc", Version: version, Algorithm: "random-init"}); err != nil {
-		t.Fatal(err)
-	}
-	reg, err := registry.NewLocal(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := reg.Publish(context.Background(), "npc", version, dir); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // TestGatewayProcessEndToEnd runs the whole gateway process against real
 // Redis and a Kafka-protocol broker, plays bots against it over HTTP and
@@ -66,7 +37,7 @@ func TestGatewayProcessEndToEnd(t *testing.T) {
 	cfg.Gateway.KeyPrefix, cfg.Gateway.Deployment = rds.Prefix, "e2e"
 	cfg.Gateway.Sampling.MaxTokens, cfg.Gateway.PlayerRate = 8, 0
 	cfg.Instance = "gw-test"
-	publishTiny(t, cfg.Registry, "v1")
+	testenv.PublishTinyModel(t, cfg.Registry, "npc", "v1")
 
 	tel, err := telemetry.New(ctx, telemetry.DefaultConfig(), io.Discard)
 	if err != nil {

@@ -19,7 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"github.com/parleyhq/parley/internal/devstack"
+	"github.com/parleyhq/parley/internal/broker"
 )
 
 // RandomPrefix returns a short random string for keys and topics of one test.
@@ -153,7 +153,7 @@ func (k *Kafka) Topic(name string) string { return k.Prefix + name }
 // Start (re)starts the broker on its port with its data.
 func (k *Kafka) Start() {
 	k.t.Helper()
-	c, err := devstack.NewBroker(k.port, k.dataDir)
+	c, err := broker.New(k.port, k.dataDir)
 	if err != nil {
 		k.t.Fatal(err)
 	}

@@ -1,0 +1,56 @@
+package devstack
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/parleyhq/parley/inference/registry"
+	"github.com/parleyhq/parley/internal/testenv"
+)
+
+// TestBootstrapTrainsBothAgentsOnce trains tiny bootstrap agents into an
+// empty registry, then checks a second start trains nothing.
+func TestBootstrapTrainsBothAgentsOnce(t *testing.T) {
+	dataDir := t.TempDir()
+	regDir := filepath.Join(dataDir, "registry")
+	cfg := BootstrapConfig{Players: 8, DialoguesPerPlayer: 3, Steps: 3, BatchSize: 2, Seed: 1, Arch: testenv.TinyModelConfig(512)}
+	log := slog.New(slog.DiscardHandler)
+	ctx := context.Background()
+	if err := bootstrap(ctx, cfg, dataDir, regDir, io.Discard, log); err != nil {
+		t.Fatal(err)
+	}
+	reg, err := registry.NewLocal(regDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, model := range []string{"npc", "user-agent"} {
+		vs, err := reg.List(ctx, model)
+		if err != nil || len(vs) != 1 {
+			t.Fatalf("registry %s: %d versions, err %v; want 1", model, len(vs), err)
+		}
+		if vs[0].Algorithm != "sft" {
+			t.Errorf("%s/%s algorithm %q; want sft", model, vs[0].Version, vs[0].Algorithm)
+		}
+	}
+	corpus := filepath.Join(dataDir, "bootstrap", "corpus.jsonl")
+	before, err := os.Stat(corpus)
+	if err != nil {
+		t.Fatalf("corpus not cached: %v", err)
+	}
+
+	if err := bootstrap(ctx, cfg, dataDir, regDir, io.Discard, log); err != nil {
+		t.Fatal(err)
+	}
+	for _, model := range []string{"npc", "user-agent"} {
+		if vs, _ := reg.List(ctx, model); len(vs) != 1 {
+			t.Errorf("after a second start %s has %d versions; want still 1", model, len(vs))
+		}
+	}
+	if after, _ := os.Stat(corpus); !after.ModTime().Equal(before.ModTime()) {
+		t.Error("the cached corpus was regenerated")
+	}
+}
