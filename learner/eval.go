@@ -172,18 +172,23 @@ func (ev evaluator) evaluate(ctx context.Context, m *inference.Model, tok *infer
 	// PPL on the reference turns, in the training layout.
 	var insts []instance
 	for _, d := range heldOut {
-		var in instance
-		var err error
+		var ins []instance
 		if ev.role == RoleNPC {
-			in, err = ev.prompt.instance(tok, d, m.Config().MaxSeq)
+			in, err := ev.prompt.instance(tok, d, m.Config().MaxSeq)
+			if err != nil {
+				return Metrics{}, fmt.Errorf("evaluate: %w", err)
+			}
+			ins = []instance{in}
 		} else {
-			in, err = userInstance(tok, ev.ua, pickDemos(demos[d.PlayerID], d), d, ev.risks, m.Config().MaxSeq)
+			var err error
+			if ins, err = userInstances(tok, ev.ua, pickDemos(demos[d.PlayerID], d), d, ev.risks, m.Config().MaxSeq); err != nil {
+				return Metrics{}, fmt.Errorf("evaluate: %w", err)
+			}
 		}
-		if err != nil {
-			return Metrics{}, fmt.Errorf("evaluate: %w", err)
-		}
-		if in.weighted() > 0 {
-			insts = append(insts, in)
+		for _, in := range ins {
+			if in.weighted() > 0 {
+				insts = append(insts, in)
+			}
 		}
 	}
 	nll, n, err := sumNLL(m, insts, ev.cfg.ScoreBatch)

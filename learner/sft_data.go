@@ -112,26 +112,92 @@ func (p npcPrompt) generationPrompt(tok *inference.Tokenizer, d simulator.Dialog
 	return nil, fmt.Errorf("prompt of exchange %d of %s: %w", k+1, d.SessionID, inference.ErrTooLong)
 }
 
-// userInstance is one user-agent SFT instance (DESIGN.md §5): the demos,
-// then the target dialogue, loss on the target's user turns with their
-// leading [Continue] / [Terminate] and a final [Terminate] turn when the
-// player ended it. The target's NPC turns but the last carry [End Risk]
-// values from risks (by exchange index). Demos are left out, the last
-// first, until the instance fits in maxSeq; a target that does not fit
-// alone is cut.
-func userInstance(tok *inference.Tokenizer, ua simulator.UserAgentConfig, demos []simulator.Dialogue, target simulator.Dialogue, risks []float64, maxSeq int) (instance, error) {
-	pd := simulator.PromptDialogueOf(target, targetRisks(risks, len(target.Exchanges)))
-	pdemos := promptDemos(demos)
+// userInstances are the user-agent SFT instances of one target dialogue
+// (DESIGN.md §5): one per user turn of the target, each the demos and the
+// target up to that turn, with loss on that turn only (its [Continue] or
+// [Terminate] token, text and <|end|>); a dialogue the player ended gets a
+// final [Terminate] turn. The NPC turns before the judged one carry [End
+// Risk] values from risks (by exchange index); the judged one carries none.
+//
+// One instance per turn is what keeps training and serving alike: when
+// serving, the NPC turn being judged never has a risk yet, so a single
+// sequence with loss on every turn would teach the model that the one
+// untagged NPC turn is the last, and to answer it with [Terminate].
+//
+// Demos are left out, the last first, then the oldest exchanges, until an
+// instance fits in maxSeq; a turn that does not fit even alone is cut.
+func userInstances(tok *inference.Tokenizer, ua simulator.UserAgentConfig, demos []simulator.Dialogue, target simulator.Dialogue, risks []float64, maxSeq int) ([]instance, error) {
+	n := len(target.Exchanges)
+	turns := n
+	if target.Reason.PlayerEnded() {
+		turns++
+	}
+	out := make([]instance, 0, turns)
+	for j := 1; j <= turns; j++ {
+		in, err := userTurnInstance(tok, ua, promptDemos(demos), target, risks, j, maxSeq)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, in)
+	}
+	return out, nil
+}
+
+// userTurnInstance renders the instance of user turn j (1-based) of target.
+func userTurnInstance(tok *inference.Tokenizer, ua simulator.UserAgentConfig, demos []simulator.PromptDialogue, target simulator.Dialogue, risks []float64, j, maxSeq int) (instance, error) {
+	n := len(target.Exchanges)
+	first := 0 // oldest exchange shown
 	for {
-		ids, ws, err := ua.EncodeUserAgentTraining(tok, pdemos, pd)
+		cur := simulator.PromptDialogue{Exchanges: target.Exchanges[first:min(j, n)]}
+		if j > n {
+			cur.Terminated = true
+		}
+		// Tag the NPC turns before the judged one (exchange j−1).
+		for k := first; k < j-2 && k < len(risks); k++ {
+			cur.Risks = append(cur.Risks, risks[k])
+		}
+		ids, ws, err := ua.EncodeUserAgentTraining(tok, demos, cur)
 		if err != nil {
 			return instance{}, err
 		}
-		if len(ids) <= maxSeq || len(pdemos) == 0 {
-			return instance{tokens: ids, weights: ws}.truncate(maxSeq), nil
+		spans := weightedSpans(ws)
+		if len(spans) == 0 {
+			return instance{}, fmt.Errorf("render user turn %d of %s: no user turn", j, target.SessionID)
 		}
-		pdemos = pdemos[:len(pdemos)-1]
+		last := spans[len(spans)-1] // turn j: the current dialogue ends with it (and D_j)
+		in := instance{tokens: ids[:last[1]], weights: slices.Clone(ws[:last[1]])}
+		for i := range last[0] {
+			in.weights[i] = 0
+		}
+		switch {
+		case len(in.tokens) <= maxSeq:
+			return in, nil
+		case len(demos) > 0:
+			demos = demos[:len(demos)-1]
+		case first < min(j, n)-1:
+			first++
+		default:
+			return in.truncate(maxSeq), nil
+		}
 	}
+}
+
+// weightedSpans returns the [start, end) ranges of the runs of positive
+// weights.
+func weightedSpans(ws []float32) [][2]int {
+	var out [][2]int
+	for i := 0; i < len(ws); i++ {
+		if ws[i] <= 0 {
+			continue
+		}
+		k := i
+		for k < len(ws) && ws[k] > 0 {
+			k++
+		}
+		out = append(out, [2]int{i, k})
+		i = k
+	}
+	return out
 }
 
 // targetRisks returns the [End Risk] values of the first n−1 NPC turns.
@@ -237,18 +303,23 @@ func buildInstances(role Role, tok *inference.Tokenizer, ua simulator.UserAgentC
 		if len(d.Exchanges) == 0 {
 			continue
 		}
-		var in instance
-		var err error
+		var ins []instance
 		if role == RoleNPC {
-			in, err = prompt.instance(tok, d, maxSeq)
+			in, err := prompt.instance(tok, d, maxSeq)
+			if err != nil {
+				return nil, fmt.Errorf("render %s: %w", d.SessionID, err)
+			}
+			ins = []instance{in}
 		} else {
-			in, err = userInstance(tok, ua, pickDemos(players[d.PlayerID], d), d, risks, maxSeq)
+			var err error
+			if ins, err = userInstances(tok, ua, pickDemos(players[d.PlayerID], d), d, risks, maxSeq); err != nil {
+				return nil, fmt.Errorf("render %s: %w", d.SessionID, err)
+			}
 		}
-		if err != nil {
-			return nil, fmt.Errorf("render %s: %w", d.SessionID, err)
-		}
-		if len(in.tokens) >= 2 && in.weighted() > 0 {
-			out = append(out, in)
+		for _, in := range ins {
+			if len(in.tokens) >= 2 && in.weighted() > 0 {
+				out = append(out, in)
+			}
 		}
 	}
 	if len(out) == 0 {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/parleyhq/parley/inference"
@@ -130,7 +131,12 @@ func TestSFTRefusesAnotherRunsCheckpoints(t *testing.T) {
 	}
 }
 
-func TestUserInstanceWeights(t *testing.T) {
+// TestUserInstances checks the user-agent SFT instances of a dialogue:
+// one per user turn, loss on that turn only, which opens with [Continue]
+// or, for the final turn of a dialogue the player ended, [Terminate]; the
+// NPC turns before the judged one carry [End Risk] values, the judged one
+// none.
+func TestUserInstances(t *testing.T) {
 	ds := generatedCorpus(t, 4, 3, 4, 2)
 	var texts []string
 	for _, d := range ds {
@@ -142,31 +148,43 @@ func TestUserInstanceWeights(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	user, _ := tok.TokenID(inference.TokUser)
 	cont, _ := tok.TokenID(inference.TokContinue)
 	term, _ := tok.TokenID(inference.TokTerminate)
+	end, _ := tok.TokenID(inference.TokEnd)
 	ua := simulator.DefaultUserAgentConfig()
 	players := byPlayer(ds)
 	for _, d := range ds {
-		in, err := userInstance(tok, ua, pickDemos(players[d.PlayerID], d), d, []float64{0.2, 0.4, 0.6}, 4096)
+		ins, err := userInstances(tok, ua, pickDemos(players[d.PlayerID], d), d, []float64{0.2, 0.4, 0.6}, 4096)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var decisions, weightedTerm int
-		for j, id := range in.tokens {
-			if (id == cont || id == term) && in.weights[j] > 0 {
-				decisions++
-				if id == term {
-					weightedTerm++
-				}
-			}
-		}
-		wantDecisions, wantTerm := len(d.Exchanges), 0
+		want := len(d.Exchanges)
 		if d.Reason.PlayerEnded() {
-			wantDecisions, wantTerm = wantDecisions+1, 1
+			want++
 		}
-		if decisions != wantDecisions || weightedTerm != wantTerm {
-			t.Errorf("%s (%d exchanges, %s): %d weighted decisions, %d [Terminate]; want %d and %d",
-				d.SessionID, len(d.Exchanges), d.Reason, decisions, weightedTerm, wantDecisions, wantTerm)
+		if len(ins) != want {
+			t.Fatalf("%s (%d exchanges, %s): %d instances; want %d", d.SessionID, len(d.Exchanges), d.Reason, len(ins), want)
+		}
+		for j, in := range ins {
+			spans := weightedSpans(in.weights)
+			if len(spans) != 1 || spans[0][1] != len(in.tokens) {
+				t.Errorf("%s turn %d: weighted spans %v of %d tokens; want one span at the end", d.SessionID, j+1, spans, len(in.tokens))
+				continue
+			}
+			s := spans[0][0]
+			decision := cont
+			if j == len(d.Exchanges) {
+				decision = term
+			}
+			if in.tokens[s] != user || in.tokens[s+1] != decision || in.tokens[len(in.tokens)-1] != end {
+				t.Errorf("%s turn %d: weighted turn %v; want <|user|>, %s, ..., <|end|>", d.SessionID, j+1, in.tokens[s:], tok.Decode([]int{decision}))
+			}
+			text := tok.Decode(in.tokens)
+			cur := text[strings.LastIndex(text, ua.CurrentHeader):]
+			if got, wantTags := strings.Count(cur, "[End Risk:"), max(0, j-1); got != wantTags {
+				t.Errorf("%s turn %d: %d [End Risk] tags in the current dialogue; want %d:\n%s", d.SessionID, j+1, got, wantTags, cur)
+			}
 		}
 	}
 }
