@@ -43,7 +43,8 @@ type cpuDecoder struct {
 
 // cpuWeights are the model's weights laid out for the CPU decoder.
 type cpuWeights struct {
-	emb    []float32 // [V, D], also the output head
+	emb    []float32 // [V, D]
+	head   cpuMatrix // emb again: the embeddings are tied
 	norm   []float32 // [D]
 	layers []cpuLayer
 	// cos and sin are the rotary tables [MaxSeq, hd/2].
@@ -53,10 +54,10 @@ type cpuWeights struct {
 // cpuLayer is one transformer block; matrices are [out, in].
 type cpuLayer struct {
 	attnNorm, mlpNorm []float32
-	qkv               []float32 // q, k and v projections stacked: [3D, D]
-	o                 []float32 // [D, D]
-	gateUp            []float32 // gate and up projections stacked: [2F, D]
-	down              []float32 // [D, F]
+	qkv               cpuMatrix // q, k and v projections stacked: [3D, D]
+	o                 cpuMatrix // [D, D]
+	gateUp            cpuMatrix // gate and up projections stacked: [2F, D]
+	down              cpuMatrix // [D, F]
 }
 
 // cpuScratch holds the activations of one forward pass, grown as needed.
@@ -126,7 +127,9 @@ func (d *cpuDecoder) prepare() error {
 // pass over the batch computes them together, and tabulates the rotary
 // angles exactly as Model.newRope computes them.
 func layOutCPUWeights(c ModelConfig, vals map[string][]float32) *cpuWeights {
+	D, F := c.Dim, c.FFNDim
 	w := &cpuWeights{emb: vals["model.embed_tokens.weight"], norm: vals["model.norm.weight"]}
+	w.head = newCPUMatrix(w.emb, c.VocabSize, D)
 	for i := range c.Layers {
 		p := fmt.Sprintf("model.layers.%d.", i)
 		cat := func(names ...string) []float32 {
@@ -139,10 +142,10 @@ func layOutCPUWeights(c ModelConfig, vals map[string][]float32) *cpuWeights {
 		w.layers = append(w.layers, cpuLayer{
 			attnNorm: vals[p+"input_layernorm.weight"],
 			mlpNorm:  vals[p+"post_attention_layernorm.weight"],
-			qkv:      cat("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"),
-			o:        vals[p+"self_attn.o_proj.weight"],
-			gateUp:   cat("mlp.gate_proj.weight", "mlp.up_proj.weight"),
-			down:     vals[p+"mlp.down_proj.weight"],
+			qkv:      newCPUMatrix(cat("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"), 3*D, D),
+			o:        newCPUMatrix(vals[p+"self_attn.o_proj.weight"], D, D),
+			gateUp:   newCPUMatrix(cat("mlp.gate_proj.weight", "mlp.up_proj.weight"), 2*F, D),
+			down:     newCPUMatrix(vals[p+"mlp.down_proj.weight"], D, F),
 		})
 	}
 	hd := c.HeadDim()
@@ -278,16 +281,16 @@ func grow(buf *[]float32, n int) []float32 {
 // helper goroutine costs more than it saves.
 const parallelMACs = 1 << 17
 
-// matmul computes y [n, out] (+)= x [n, in] · wᵀ for w [out, in] on the
-// pool, split over the output rows.
-func (d *cpuDecoder) matmul(y, x, w []float32, n, in, out int, add bool) {
-	if n*in*out < parallelMACs {
-		matmulRows(y, x, w, n, in, out, 0, out, add)
+// matmul computes y [n, out] (+)= x [n, in] · mᵀ on the pool, split over
+// the outputs in chunks that are whole panels.
+func (d *cpuDecoder) matmul(y, x []float32, m *cpuMatrix, n int, add bool) {
+	if n*m.in*m.out < parallelMACs {
+		m.mulRange(y, x, n, 0, m.out, add)
 		return
 	}
-	grain := max(4, (out/8+3)/4*4)
-	d.pool.run(out, grain, func(lo, hi int) {
-		matmulRows(y, x, w, n, in, out, lo, hi, add)
+	grain := (max(m.out/8, 4) + 15) / 16 * 16
+	d.pool.run(m.out, grain, func(lo, hi int) {
+		m.mulRange(y, x, n, lo, hi, add)
 	})
 }
 
@@ -313,12 +316,13 @@ func (d *cpuDecoder) forward(toks, rows, pos, sel []int, logits []float32) {
 	}
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	tokGrain := max(1, n/16)
-	for l, ly := range w.layers {
+	for l := range w.layers {
+		ly := &w.layers[l]
 		kc, vc := d.k[l], d.v[l]
 		for j := range n {
 			rmsNormRow(hn[j*D:(j+1)*D], x[j*D:(j+1)*D], ly.attnNorm, eps)
 		}
-		d.matmul(qkv, hn, ly.qkv, n, D, 3*D, false)
+		d.matmul(qkv, hn, &ly.qkv, n, false)
 		// Rotate queries and keys, write keys and values to the cache.
 		d.pool.run(n, tokGrain, func(lo, hi int) {
 			for j := lo; j < hi; j++ {
@@ -348,24 +352,24 @@ func (d *cpuDecoder) forward(toks, rows, pos, sel []int, logits []float32) {
 				}
 			}
 		})
-		d.matmul(x, att, ly.o, n, D, D, true)
+		d.matmul(x, att, &ly.o, n, true)
 		for j := range n {
 			rmsNormRow(hn[j*D:(j+1)*D], x[j*D:(j+1)*D], ly.mlpNorm, eps)
 		}
-		d.matmul(gu, hn, ly.gateUp, n, D, 2*F, false)
+		d.matmul(gu, hn, &ly.gateUp, n, false)
 		for j := range n {
 			g, u, a := gu[j*2*F:j*2*F+F], gu[j*2*F+F:(j+1)*2*F], act[j*F:(j+1)*F]
 			for i, gv := range g {
 				a[i] = gv * sigmoid(gv) * u[i]
 			}
 		}
-		d.matmul(x, act, ly.down, n, F, D, true)
+		d.matmul(x, act, &ly.down, n, true)
 	}
 	hs := grow(&d.s.head, len(sel)*D)
 	for k, j := range sel {
 		rmsNormRow(hs[k*D:(k+1)*D], x[j*D:(j+1)*D], w.norm, eps)
 	}
-	d.matmul(logits, hs, w.emb, len(sel), D, c.VocabSize, false)
+	d.matmul(logits, hs, &w.head, len(sel), false)
 }
 
 // rotate applies the rotary embedding to one head x [hd] in place:

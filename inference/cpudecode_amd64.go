@@ -58,3 +58,22 @@ func axpy32(out, a, b []float32, stride int) {
 	_ = b[(n-1)*stride+31]
 	axpy32AVX(&out[0], &a[0], &b[0], n, stride)
 }
+
+// gemm6x16AVX: see gemm6x16 (cpudecode_amd64.s).
+//
+//go:noescape
+func gemm6x16AVX(w, x *float32, xstride, in int, y *float32, ystride int)
+
+// gemm6x16 adds to y[b][0:16] the products Σ_k x[b][k]·w[k][0:16] for six
+// rows b of x (xstride apart) and y (ystride apart), w a packed [in][16]
+// panel, with AVX2 FMA when the CPU has it.
+func gemm6x16(w, x []float32, xstride, in int, y []float32, ystride int) {
+	if !hasAVX2FMA || in == 0 {
+		gemm6x16Go(w, x, xstride, in, y, ystride)
+		return
+	}
+	_ = w[in*16-1]
+	_ = x[5*xstride+in-1]
+	_ = y[5*ystride+15]
+	gemm6x16AVX(&w[0], &x[0], xstride, in, &y[0], ystride)
+}

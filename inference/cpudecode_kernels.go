@@ -90,6 +90,64 @@ func (j *cpuJob) work() {
 	}
 }
 
+// cpuMatrix is a weight [out, in] in row layout, for dot products with
+// few input rows, and, when out is a multiple of 16, also packed in panels
+// of 16 outputs, [out/16][in][16], for the register-blocked kernel that
+// many input rows keep busy (gemm6x16).
+type cpuMatrix struct {
+	w, panels []float32
+	in, out   int
+}
+
+func newCPUMatrix(w []float32, out, in int) cpuMatrix {
+	m := cpuMatrix{w: w, in: in, out: out}
+	if out%16 == 0 {
+		m.panels = make([]float32, len(w))
+		for o := range out {
+			p, j := o/16, o%16
+			for k := range in {
+				m.panels[(p*in+k)*16+j] = w[o*in+k]
+			}
+		}
+	}
+	return m
+}
+
+// mulRange computes y[b, o] (+)= Σ_i x[b, i]·m[o, i] for b < n and o in
+// [o0, o1), which must be multiples of 16 when m has panels. Whole groups of
+// six rows go through the panels; the rest through dot products.
+func (m *cpuMatrix) mulRange(y, x []float32, n, o0, o1 int, add bool) {
+	in, out := m.in, m.out
+	rows := 0
+	if m.panels != nil {
+		rows = n / 6 * 6
+	}
+	if rows > 0 && !add {
+		for b := range rows {
+			clear(y[b*out+o0 : b*out+o1])
+		}
+	}
+	for p := o0 / 16; p < o1/16 && rows > 0; p++ {
+		wp := m.panels[p*in*16 : (p+1)*in*16]
+		for b := 0; b < rows; b += 6 {
+			gemm6x16(wp, x[b*in:], in, in, y[b*out+p*16:], out)
+		}
+	}
+	if rows < n {
+		matmulRows(y[rows*out:], x[rows*in:], m.w, n-rows, in, out, o0, o1, add)
+	}
+}
+
+// gemm6x16Go is gemm6x16 in plain Go.
+func gemm6x16Go(w, x []float32, xstride, in int, y []float32, ystride int) {
+	for b := range 6 {
+		yb := y[b*ystride : b*ystride+16]
+		for k, a := range x[b*xstride : b*xstride+in] {
+			axpy(yb, a, w[k*16:k*16+16])
+		}
+	}
+}
+
 // matmulRows computes y[b, o] (+)= Σ_i x[b, i]·w[o, i] for b < n and
 // o in [o0, o1): x is [n, in], w is [out, in] (PyTorch's linear layout, rows
 // read contiguously), y is [n, out]. With add it accumulates into y (a

@@ -14,3 +14,7 @@ func dot4x1(w0, w1, w2, w3, x []float32) (s0, s1, s2, s3 float32) {
 }
 
 func axpy32(out, a, b []float32, stride int) { axpy32Go(out, a, b, stride) }
+
+func gemm6x16(w, x []float32, xstride, in int, y []float32, ystride int) {
+	gemm6x16Go(w, x, xstride, in, y, ystride)
+}

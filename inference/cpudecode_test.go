@@ -25,35 +25,40 @@ func oddConfig() ModelConfig {
 	return c
 }
 
-func TestMatmulRowsMatchesNaive(t *testing.T) {
+func TestMatmulMatchesNaive(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, tc := range []struct{ n, in, out, o0, o1 int }{
 		{1, 1, 1, 0, 1}, {1, 7, 5, 0, 5}, {2, 8, 4, 0, 4}, {3, 13, 9, 2, 9},
 		{5, 30, 67, 0, 67}, {33, 17, 11, 4, 10}, {70, 9, 6, 0, 6},
+		// Multiples of 16 outputs go through the panels, six rows at a time.
+		{6, 8, 16, 0, 16}, {7, 5, 32, 0, 32}, {13, 33, 48, 16, 48}, {32, 128, 64, 0, 64}, {1, 12, 32, 16, 32},
 	} {
 		for _, add := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%dx%dx%d[%d:%d]add=%v", tc.n, tc.in, tc.out, tc.o0, tc.o1, add), func(t *testing.T) {
 				x, w := randSlice(rng, tc.n*tc.in), randSlice(rng, tc.out*tc.in)
 				y0 := randSlice(rng, tc.n*tc.out)
-				got := slices.Clone(y0)
-				matmulRows(got, x, w, tc.n, tc.in, tc.out, tc.o0, tc.o1, add)
+				want := slices.Clone(y0)
 				for b := range tc.n {
-					for o := range tc.out {
-						want := y0[b*tc.out+o]
-						if o >= tc.o0 && o < tc.o1 {
-							s := float32(0)
-							for i := range tc.in {
-								s += x[b*tc.in+i] * w[o*tc.in+i]
-							}
-							if add {
-								want += s
-							} else {
-								want = s
-							}
+					for o := tc.o0; o < tc.o1; o++ {
+						s := float32(0)
+						for i := range tc.in {
+							s += x[b*tc.in+i] * w[o*tc.in+i]
 						}
-						if d := float64(got[b*tc.out+o] - want); d > 1e-5 || d < -1e-5 {
-							t.Fatalf("y[%d,%d] = %g; want %g", b, o, got[b*tc.out+o], want)
+						if add {
+							want[b*tc.out+o] += s
+						} else {
+							want[b*tc.out+o] = s
 						}
+					}
+				}
+				rows := slices.Clone(y0)
+				matmulRows(rows, x, w, tc.n, tc.in, tc.out, tc.o0, tc.o1, add)
+				m := newCPUMatrix(w, tc.out, tc.in)
+				viaMatrix := slices.Clone(y0)
+				m.mulRange(viaMatrix, x, tc.n, tc.o0, tc.o1, add)
+				for name, got := range map[string][]float32{"matmulRows": rows, "cpuMatrix.mulRange": viaMatrix} {
+					if d := maxAbsDiff(got, want); d > 1e-4 {
+						t.Fatalf("%s: max |got - want| = %g (panels %v)", name, d, m.panels != nil)
 					}
 				}
 			})
