@@ -63,8 +63,9 @@ loop:
 
 // func axpy32AVX(out, a, b *float32, n, stride int)
 //
-// out[0:32] = Σ_{d<n} a[d]·b[d·stride : d·stride+32], n ≥ 1: one
-// broadcast and four 8-wide FMAs per d.
+// out[0:32] = Σ_{d<n} a[d]·b[d·stride : d·stride+32], n ≥ 1: two values of
+// d per iteration into two sets of four 8-wide accumulators, so that FMA
+// latency does not bound the loop.
 TEXT ·axpy32AVX(SB), NOSPLIT, $0-40
 	MOVQ out+0(FP), DI
 	MOVQ a+8(FP), SI
@@ -76,8 +77,12 @@ TEXT ·axpy32AVX(SB), NOSPLIT, $0-40
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
-
-axloop:
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	TESTQ $1, CX
+	JZ    axpairs
 	VBROADCASTSS (SI), Y4
 	VFMADD231PS 0(AX), Y4, Y0
 	VFMADD231PS 32(AX), Y4, Y1
@@ -85,9 +90,32 @@ axloop:
 	VFMADD231PS 96(AX), Y4, Y3
 	ADDQ $4, SI
 	ADDQ DX, AX
+
+axpairs:
+	SHRQ $1, CX
+	JZ   axdone
+
+axloop:
+	VBROADCASTSS (SI), Y4
+	VBROADCASTSS 4(SI), Y9
+	VFMADD231PS 0(AX), Y4, Y0
+	VFMADD231PS 32(AX), Y4, Y1
+	VFMADD231PS 64(AX), Y4, Y2
+	VFMADD231PS 96(AX), Y4, Y3
+	VFMADD231PS 0(AX)(DX*1), Y9, Y5
+	VFMADD231PS 32(AX)(DX*1), Y9, Y6
+	VFMADD231PS 64(AX)(DX*1), Y9, Y7
+	VFMADD231PS 96(AX)(DX*1), Y9, Y8
+	ADDQ $8, SI
+	LEAQ (AX)(DX*2), AX
 	DECQ CX
 	JNZ  axloop
 
+axdone:
+	VADDPS Y5, Y0, Y0
+	VADDPS Y6, Y1, Y1
+	VADDPS Y7, Y2, Y2
+	VADDPS Y8, Y3, Y3
 	VMOVUPS Y0, 0(DI)
 	VMOVUPS Y1, 32(DI)
 	VMOVUPS Y2, 64(DI)
