@@ -5,8 +5,10 @@ GO ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 DATA_DIR ?= var
 ADDR ?= 127.0.0.1:8080
+FUZZTIME ?= 10s
+BENCH_DIR ?= bench/results
 
-.PHONY: all build run test lint bench schemas clean
+.PHONY: all build run test test-short test-long lint fuzz bench schemas deploy-check clean
 
 all: build
 
@@ -19,18 +21,43 @@ run:
 test:
 	$(GO) test -count=1 -timeout 30m ./...
 
+# The quick subset: skips the slower training and browser tests.
+test-short:
+	$(GO) test -short -count=1 ./...
+
+# Long training runs (the tiny and small experiment profiles, convergence checks).
+test-long:
+	$(GO) test -tags long -count=1 -timeout 120m ./...
+
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags long,xla ./...
 	$(GO) run $(STATICCHECK) ./...
 
-bench:
-	mkdir -p bench/results
-	$(GO) test -run '^$$' -bench . -benchtime 1x ./... | tee bench/results/go-bench.txt
+# Runs every fuzz target for FUZZTIME each (go test -fuzz takes one target at a time).
+fuzz:
+	@set -e; for f in $$(grep -rl --include='*_test.go' '^func Fuzz' .); do \
+	  dir=$$(dirname $$f); \
+	  for t in $$(grep -o '^func Fuzz[A-Za-z0-9_]*' $$f | cut -d' ' -f2); do \
+	    echo "fuzz $$dir $$t"; \
+	    $(GO) test $$dir -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s; \
+	  done; \
+	done
+
+# Benchmarks: each writes JSON under $(BENCH_DIR) and prints its table.
+bench: build
+	mkdir -p $(BENCH_DIR)
+	bin/parley bench inference --out $(BENCH_DIR)/inference.json
+	$(GO) test -run '^$$' -bench . -benchtime 1x ./... | tee $(BENCH_DIR)/go-bench.txt
 
 # Regenerate the JSON Schema files of the wire types after changing schema/.
 schemas:
 	$(GO) test ./schema -run TestJSONSchemaFilesAreFresh -update
+
+# Validates deploy/ offline (compose, Kubernetes schemas, Prometheus, Dockerfile).
+deploy-check: build
+	deploy/validate.sh --binary bin/parley
 
 clean:
 	rm -rf bin
