@@ -409,7 +409,7 @@ func attendRow(out, q, kt, v []float32, stride int, scores []float32, scale floa
 	}
 	var sum float32
 	for t, s := range scores {
-		e := float32(math.Exp(float64(s - mx)))
+		e := expf(s - mx)
 		scores[t] = e
 		sum += e
 	}

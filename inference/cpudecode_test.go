@@ -133,6 +133,32 @@ func TestAxpy32MatchesGo(t *testing.T) {
 	}
 }
 
+func TestExpfMatchesMathExp(t *testing.T) {
+	worst := 0.0
+	for i := -200000; i <= 200000; i++ {
+		x := float32(i) * 4.4e-4 // -88 to 88
+		got, want := float64(expf(x)), math.Exp(float64(x))
+		if want < 1.2e-38 { // below the smallest normal, expf gives 0
+			if got != 0 && math.Abs(got-want) > 1e-38 {
+				t.Fatalf("expf(%g) = %g; want %g", x, got, want)
+			}
+			continue
+		}
+		worst = max(worst, math.Abs(got-want)/want)
+	}
+	if worst > 3e-7 {
+		t.Fatalf("expf relative error up to %g; want < 3e-7", worst)
+	}
+	for _, x := range []float32{0, -1e9, 100, float32(math.Inf(-1))} {
+		if got, want := expf(x), float32(math.Exp(float64(x))); got != want {
+			t.Errorf("expf(%g) = %g; want %g", x, got, want)
+		}
+	}
+	if got := expf(float32(math.NaN())); got == got {
+		t.Errorf("expf(NaN) = %g; want NaN", got)
+	}
+}
+
 func randSlice(rng *rand.Rand, n int) []float32 {
 	s := make([]float32, n)
 	for i := range s {
