@@ -114,27 +114,44 @@ func newCPUMatrix(w []float32, out, in int) cpuMatrix {
 }
 
 // mulRange computes y[b, o] (+)= Σ_i x[b, i]·m[o, i] for b < n and o in
-// [o0, o1), which must be multiples of 16 when m has panels. Whole groups of
-// six rows go through the panels; the rest through dot products.
+// [o0, o1), which must be multiples of 16 when m has panels. With six rows
+// or more, whole groups of six go through the panels and the last few rows
+// with the five before them, into a scratch tile; fewer rows go through dot
+// products.
 func (m *cpuMatrix) mulRange(y, x []float32, n, o0, o1 int, add bool) {
 	in, out := m.in, m.out
-	rows := 0
-	if m.panels != nil {
-		rows = n / 6 * 6
+	if m.panels == nil || n < 6 {
+		matmulRows(y, x, m.w, n, in, out, o0, o1, add)
+		return
 	}
-	if rows > 0 && !add {
+	rows := n / 6 * 6
+	if !add {
 		for b := range rows {
 			clear(y[b*out+o0 : b*out+o1])
 		}
 	}
-	for p := o0 / 16; p < o1/16 && rows > 0; p++ {
+	var tile [6 * 16]float32
+	for p := o0 / 16; p < o1/16; p++ {
 		wp := m.panels[p*in*16 : (p+1)*in*16]
 		for b := 0; b < rows; b += 6 {
 			gemm6x16(wp, x[b*in:], in, in, y[b*out+p*16:], out)
 		}
-	}
-	if rows < n {
-		matmulRows(y[rows*out:], x[rows*in:], m.w, n-rows, in, out, o0, o1, add)
+		if rows == n {
+			continue
+		}
+		clear(tile[:])
+		gemm6x16(wp, x[(n-6)*in:], in, in, tile[:], 16)
+		for b := rows; b < n; b++ {
+			yb := y[b*out+p*16 : b*out+p*16+16]
+			tb := tile[(b-n+6)*16 : (b-n+7)*16]
+			if !add {
+				copy(yb, tb)
+				continue
+			}
+			for i, v := range tb {
+				yb[i] += v
+			}
+		}
 	}
 }
 

@@ -32,6 +32,7 @@ func TestMatmulMatchesNaive(t *testing.T) {
 		{5, 30, 67, 0, 67}, {33, 17, 11, 4, 10}, {70, 9, 6, 0, 6},
 		// Multiples of 16 outputs go through the panels, six rows at a time.
 		{6, 8, 16, 0, 16}, {7, 5, 32, 0, 32}, {13, 33, 48, 16, 48}, {32, 128, 64, 0, 64}, {1, 12, 32, 16, 32},
+		{11, 20, 32, 0, 32}, {8, 64, 48, 16, 32}, {17, 3, 16, 0, 16},
 	} {
 		for _, add := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%dx%dx%d[%d:%d]add=%v", tc.n, tc.in, tc.out, tc.o0, tc.o1, add), func(t *testing.T) {
