@@ -15,8 +15,8 @@ import (
 
 // decoder is the numeric backend of the Engine: a KV cache of rows × length
 // positions and the three operations continuous batching needs. The GoMLX
-// implementation below is the reference; a dedicated CPU path can implement
-// the same interface and be checked against it (engine_decoder_test.go).
+// implementation below is the reference; cpuDecoder (cpudecode.go) is the
+// faster plain-Go path for CPUs, checked against it in cpudecode_test.go.
 type decoder interface {
 	// resize re-lays the cache out as rows × length; new row i takes the
 	// contents of old row src[i], or is left undefined when src[i] < 0.
