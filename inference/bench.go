@@ -35,6 +35,9 @@ type BenchConfig struct {
 	// are compared against (OpenBLAS sgemm on the 2-core reference machine).
 	SgemmFLOPS float64 `json:"sgemm_flops"`
 	Seed       int64   `json:"seed"`
+	// MinDecodeSeconds is how long each decode measurement is repeated
+	// for, at least (one generation per request whatever it is).
+	MinDecodeSeconds float64 `json:"min_decode_seconds"`
 	// Decoders are the engine decoders measured in turn (EngineConfig.Decoder
 	// values); the first gives the report's headline figures. Empty means
 	// the model's default decoder only.
@@ -44,18 +47,19 @@ type BenchConfig struct {
 // DefaultBenchConfig measures the default model at batch 1, 8, 32 and 64.
 func DefaultBenchConfig() BenchConfig {
 	return BenchConfig{
-		Model:        DefaultModelConfig(),
-		Backend:      DefaultBackendConfig(),
-		Batches:      []int{1, 8, 32, 64},
-		PromptTokens: 64,
-		DecodeTokens: 64,
-		NaiveTokens:  32,
-		TrainBatch:   16,
-		TrainSeq:     128,
-		TrainSteps:   2,
-		SgemmFLOPS:   265e9,
-		Seed:         1,
-		Decoders:     []string{DecoderCPU, DecoderGoMLX},
+		Model:            DefaultModelConfig(),
+		Backend:          DefaultBackendConfig(),
+		Batches:          []int{1, 8, 32, 64},
+		PromptTokens:     64,
+		DecodeTokens:     64,
+		NaiveTokens:      32,
+		TrainBatch:       16,
+		TrainSeq:         128,
+		TrainSteps:       2,
+		SgemmFLOPS:       265e9,
+		Seed:             1,
+		Decoders:         []string{DecoderCPU, DecoderGoMLX},
+		MinDecodeSeconds: 1,
 	}
 }
 
@@ -71,6 +75,8 @@ func (c BenchConfig) Validate() error {
 		return errors.New("bench config: no batch sizes")
 	case c.PromptTokens < 1 || c.DecodeTokens < 2 || c.NaiveTokens < 1:
 		return fmt.Errorf("bench config: prompt %d, decode %d, naive %d tokens too few", c.PromptTokens, c.DecodeTokens, c.NaiveTokens)
+	case c.MinDecodeSeconds < 0:
+		return fmt.Errorf("bench config: min decode seconds %g is negative", c.MinDecodeSeconds)
 	case c.SgemmFLOPS <= 0:
 		return fmt.Errorf("bench config: sgemm ceiling %g must be positive", c.SgemmFLOPS)
 	case c.TrainSteps < 0 || (c.TrainSteps > 0 && (c.TrainBatch < 1 || c.TrainSeq < 2)):
@@ -347,19 +353,26 @@ func benchEngine(ctx context.Context, m *Model, tok *Tokenizer, cfg BenchConfig,
 		if _, _, err := gen(b, 2); err != nil {
 			return run, fmt.Errorf("bench %s decode batch %d: %w", decoder, b, err)
 		}
-		res, d, err := gen(b, cfg.DecodeTokens)
-		if err != nil {
-			return run, fmt.Errorf("bench %s decode batch %d: %w", decoder, b, err)
+		// Repeat until the decode time is long enough to average out the
+		// scheduling noise of a shared machine.
+		var d, ttft time.Duration
+		reps := 0
+		for reps == 0 || (d.Seconds() < cfg.MinDecodeSeconds && reps < 1000) {
+			res, dr, err := gen(b, cfg.DecodeTokens)
+			if err != nil {
+				return run, fmt.Errorf("bench %s decode batch %d: %w", decoder, b, err)
+			}
+			for _, r := range res {
+				ttft += r.TimeToFirstToken
+			}
+			d += dr
+			reps++
 		}
-		var ttft time.Duration
-		for _, r := range res {
-			ttft += r.TimeToFirstToken
-		}
-		steps := cfg.DecodeTokens - 1
-		flops := float64(b) * flopsRange(cfg.PromptTokens+1, cfg.PromptTokens+cfg.DecodeTokens) / d.Seconds()
+		steps := reps * (cfg.DecodeTokens - 1)
+		flops := float64(reps*b) * flopsRange(cfg.PromptTokens+1, cfg.PromptTokens+cfg.DecodeTokens) / d.Seconds()
 		run.Decode = append(run.Decode, BenchDecode{
 			Batch: b, TokensPerSec: float64(b*steps) / d.Seconds(), StepMillis: ms(d) / float64(steps),
-			TTFTMillis: ms(ttft) / float64(b),
+			TTFTMillis: ms(ttft) / float64(reps*b),
 			FLOPS:      flops, Fraction: flops / cfg.SgemmFLOPS,
 		})
 	}

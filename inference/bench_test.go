@@ -18,6 +18,7 @@ func TestRunBenchTiny(t *testing.T) {
 	cfg.Batches = []int{1, 4}
 	cfg.PromptTokens, cfg.DecodeTokens, cfg.NaiveTokens = 8, 8, 4
 	cfg.TrainBatch, cfg.TrainSeq, cfg.TrainSteps = 2, 16, 1
+	cfg.MinDecodeSeconds = 0
 	var out bytes.Buffer
 	rep, err := RunBench(context.Background(), cfg, &out)
 	if err != nil {
