@@ -12,9 +12,10 @@ import (
 // on the machine) costs nothing: the caller takes its chunks and never waits
 // for a helper that has not started.
 type cpuPool struct {
-	jobs chan *cpuJob
-	quit chan struct{}
-	wg   sync.WaitGroup
+	helpers int
+	jobs    chan *cpuJob
+	quit    chan struct{}
+	wg      sync.WaitGroup
 }
 
 // cpuJob is one parallel loop over [0, n) in chunks of grain.
@@ -28,7 +29,8 @@ type cpuJob struct {
 
 // newCPUPool starts helpers goroutines; with none, loops run in the caller.
 func newCPUPool(helpers int) *cpuPool {
-	p := &cpuPool{jobs: make(chan *cpuJob, max(helpers, 1)), quit: make(chan struct{})}
+	helpers = max(helpers, 0)
+	p := &cpuPool{helpers: helpers, jobs: make(chan *cpuJob, helpers), quit: make(chan struct{})}
 	for range helpers {
 		p.wg.Add(1)
 		go func() {
@@ -60,13 +62,13 @@ func (p *cpuPool) run(n, grain int, fn func(lo, hi int)) {
 	}
 	grain = max(grain, 1)
 	chunks := (n + grain - 1) / grain
-	if chunks == 1 || cap(p.jobs) == 0 {
+	if chunks == 1 || p.helpers == 0 {
 		fn(0, n)
 		return
 	}
 	j := &cpuJob{n: n, grain: grain, fn: fn, fin: make(chan struct{})}
 	j.left.Store(int64(chunks))
-	for range min(chunks-1, cap(p.jobs)) {
+	for range min(chunks-1, p.helpers) {
 		select {
 		case p.jobs <- j:
 		default: // helpers still busy with stale jobs: do it here
