@@ -8,6 +8,7 @@ package experiment
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -162,13 +163,23 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) (*Results, error)
 		variants = slices.DeleteFunc(variants, func(v Variant) bool { return !slices.Contains(cfg.Only, v.Name) })
 	}
 	res := &Results{Profile: prof, Seeds: cfg.Seeds, Variants: variants, Bootstrap: *boot, SFTSeconds: time.Since(start).Seconds()}
+	done := previousRows(cfg.OutDir, prof)
 	for _, v := range res.Variants {
 		for seed := 1; seed <= cfg.Seeds; seed++ {
+			if row, ok := done[rowKey{v.Name, seed}]; ok {
+				logger.Info("experiment row kept from the previous run", "variant", v.Name, "seed", seed)
+				res.Rows = append(res.Rows, row)
+				continue
+			}
 			row, err := e.run(ctx, v, seed)
 			if err != nil {
 				return nil, fmt.Errorf("experiment %s seed %d: %w", v.Name, seed, err)
 			}
 			res.Rows = append(res.Rows, row)
+			res.Seconds = time.Since(start).Seconds()
+			if err := WriteReport(cfg.OutDir, res); err != nil {
+				return nil, err
+			}
 			logger.Info("experiment row", "variant", v.Name, "seed", seed, "avg_l", row.AvgL, "avg_r", row.AvgR,
 				"ua_avg_l", row.UAAvgL, "ua_avg_r", row.UAAvgR, "ppl", row.PPL, "sec_per_step", row.SecPerStep)
 		}
@@ -178,6 +189,35 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) (*Results, error)
 		return nil, err
 	}
 	return res, nil
+}
+
+type rowKey struct {
+	variant string
+	seed    int
+}
+
+// previousRows reads the rows of an earlier run of the same profile in
+// dir (results.json is rewritten after every row), so an interrupted
+// experiment resumes where it stopped.
+func previousRows(dir string, prof Profile) map[rowKey]Row {
+	out := map[rowKey]Row{}
+	b, err := os.ReadFile(filepath.Join(dir, ResultsJSON))
+	if err != nil {
+		return out
+	}
+	var prev Results
+	if json.Unmarshal(b, &prev) != nil {
+		return out
+	}
+	pa, _ := json.Marshal(prev.Profile)
+	pb, _ := json.Marshal(prof)
+	if string(pa) != string(pb) {
+		return out
+	}
+	for _, r := range prev.Rows {
+		out[rowKey{r.Variant, r.Seed}] = r
+	}
+	return out
 }
 
 // engineConfig lets whole tree levels of several trees queue at once.
@@ -217,10 +257,9 @@ func bootstrap(ctx context.Context, prof Profile, out string, logger *slog.Logge
 		return nil, nil, nil, err
 	}
 	logger.Info("bootstrap corpus", "train", len(c.train), "held_out", len(c.heldOut))
+	// learner.TrainSFT resumes a finished run from its last checkpoint, so a
+	// rerun into the same directory reuses both agents.
 	runs := filepath.Join(out, "sft")
-	if err := os.RemoveAll(runs); err != nil {
-		return nil, nil, nil, fmt.Errorf("bootstrap: %w", err)
-	}
 	npcCfg := sftConfig(prof, learner.RoleNPC, runs, prof.Model.MaxSeq)
 	npc, err := learner.TrainSFT(ctx, npcCfg, c.train, logger)
 	if err != nil {
@@ -267,7 +306,7 @@ func bootstrap(ctx context.Context, prof Profile, out string, logger *slog.Logge
 
 func lastLoss(ls []float32) float64 {
 	if len(ls) == 0 {
-		return math.NaN()
+		return 0
 	}
 	return float64(ls[len(ls)-1])
 }

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"log/slog"
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -14,6 +15,7 @@ var (
 	flagProfile = flag.String("profile", "small", "experiment profile: paper, small or tiny")
 	flagSeeds   = flag.Int("seeds", 3, "RL seeds per variant")
 	flagOut     = flag.String("out", "", "output directory (default: a temporary one)")
+	flagOnly    = flag.String("only", "", "comma-separated variant names to run (default: all)")
 )
 
 // TestExperimentProfile runs a whole experiment profile and keeps its
@@ -27,7 +29,11 @@ func TestExperimentProfile(t *testing.T) {
 		out = t.TempDir()
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	res, err := Run(context.Background(), Config{Profile: *flagProfile, Seeds: *flagSeeds, OutDir: out}, logger)
+	var only []string
+	if *flagOnly != "" {
+		only = strings.Split(*flagOnly, ",")
+	}
+	res, err := Run(context.Background(), Config{Profile: *flagProfile, Seeds: *flagSeeds, OutDir: out, Only: only}, logger)
 	if err != nil {
 		t.Fatal(err)
 	}

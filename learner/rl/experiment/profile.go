@@ -88,9 +88,9 @@ func PaperProfile() Profile {
 }
 
 // SmallProfile fits the whole experiment (SFT, four algorithms, four
-// ablations, three seeds) in about 90 minutes on 2 CPU cores: a ~100k
-// parameter model, trees of W=4, w=2, γ=2 over L=4 exchanges, 4 trees per
-// step, 12 steps. The RL learning rate is raised to 2e-4: 1e-5 does not move
+// ablations, three seeds) in about 90 minutes on 2 quiet CPU cores: a
+// ~115k-parameter model, trees of W=4, w=2, γ=2 over L=4 exchanges, 4 trees
+// per step, 10 steps. The RL learning rate is raised to 2e-4: 1e-5 does not move
 // a model this small in 12 steps.
 func SmallProfile() Profile {
 	p := PaperProfile()
@@ -100,12 +100,12 @@ func SmallProfile() Profile {
 	p.Model.Dim, p.Model.Layers, p.Model.Heads, p.Model.FFNDim, p.Model.MaxSeq = 64, 2, 4, 128, 192
 	p.SFTSteps, p.SFTBatch, p.SFTLR = 300, 16, 3e-3
 	p.RL.Tree.W, p.RL.Tree.Width, p.RL.Tree.Depth = 4, 2, 4
-	p.RL.Batch, p.RL.Workers, p.RL.Steps = 4, 4, 12
+	p.RL.Batch, p.RL.Workers, p.RL.Steps = 4, 4, 10
 	p.RL.Update.Train.LearningRate = 2e-4
 	p.RL.Update.MiniBatch = 32
 	p.Policy.Sampling.MaxTokens = 24
-	p.UserAgentTokens, p.UserAgentMaxSeq = 16, 384
-	p.EvalPrompts, p.EvalDepth, p.CurvePrompts, p.CurveEvery = 24, 6, 8, 3
+	p.UserAgentTokens, p.UserAgentMaxSeq = 16, 320
+	p.EvalPrompts, p.EvalDepth, p.CurvePrompts, p.CurveEvery = 24, 6, 8, 2
 	return p
 }
 
