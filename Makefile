@@ -16,7 +16,7 @@ build:
 	$(GO) build -o bin/parley ./cmd/parley
 
 run:
-	$(GO) run ./cmd/parley dev --data-dir $(DATA_DIR) --addr $(ADDR)
+	$(GO) run ./cmd/parley dev --data-dir $(DATA_DIR) --addr $(ADDR) $(ARGS)
 
 test:
 	$(GO) test -count=1 -timeout 30m ./...
