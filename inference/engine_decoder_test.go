@@ -31,12 +31,19 @@ func maxAbsDiff(a, b []float32) float64 {
 
 // TestDecoderMatchesFullForward checks that KV-cache decoding (prefill, then
 // one token at a time, with a cache re-layout in the middle) gives the same
-// logits as recomputing the whole sequence, over random prompts.
+// logits as recomputing the whole sequence, over random prompts, on each
+// decoder.
 func TestDecoderMatchesFullForward(t *testing.T) {
+	for _, name := range []string{DecoderGoMLX, DecoderCPU} {
+		t.Run(name, func(t *testing.T) { testDecoderMatchesFullForward(t, name) })
+	}
+}
+
+func testDecoderMatchesFullForward(t *testing.T, name string) {
 	m := newTinyModel(t, 3)
 	V := m.Config().VocabSize
 	rng := rand.New(rand.NewPCG(5, 6))
-	var dec decoder = newGomlxDecoder(m)
+	dec := newDecoder(m, name)
 	defer dec.close()
 	if err := dec.resize([]int{-1, -1, -1, -1}, 4, 32); err != nil {
 		t.Fatal(err)
