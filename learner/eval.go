@@ -82,7 +82,10 @@ type Metrics struct {
 	Dist1    float64 `json:"dist1"`
 	Dist2    float64 `json:"dist2"`
 	AvgWords float64 `json:"avg_words"`
-	// RealAvgWords is the mean word count of the reference turns.
+	// RealDist1, RealDist2 and RealAvgWords are the same measures of the
+	// reference turns, the real players' or NPC's.
+	RealDist1    float64 `json:"real_dist1"`
+	RealDist2    float64 `json:"real_dist2"`
 	RealAvgWords float64 `json:"real_avg_words"`
 	// Rho is the Pearson correlation between the simulated (expected) and
 	// real exchange lengths of the held-out dialogues, each replayed with
@@ -224,7 +227,7 @@ func (ev evaluator) evaluate(ctx context.Context, m *inference.Model, tok *infer
 			return Metrics{}, fmt.Errorf("evaluate: %w", err)
 		}
 	}
-	met.RealAvgWords = AvgWords(ref)
+	met.RealDist1, met.RealDist2, met.RealAvgWords = Distinct(ref, 1), Distinct(ref, 2), AvgWords(ref)
 	return met, nil
 }
 

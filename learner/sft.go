@@ -74,6 +74,11 @@ type SFTConfig struct {
 	MaxTurns int `json:"max_turns"`
 	// UserAgent is the user agent's prompt layout (RoleUser).
 	UserAgent simulator.UserAgentConfig `json:"user_agent"`
+	// DecisionWeight weighs the loss of the user agent's [Continue] /
+	// [Terminate] token against that of a text token (RoleUser). One
+	// decision competes with a dozen words of text per turn; a weight
+	// above 1 makes termination, the thing the agent is for, count more.
+	DecisionWeight float64 `json:"decision_weight"`
 	// NPCCards maps an NPC id to its persona card, the system turn of its
 	// dialogues (RoleNPC); others get DefaultCard.
 	NPCCards    map[string]string `json:"npc_cards,omitempty"`
@@ -109,7 +114,7 @@ func DefaultSFTConfig(role Role) SFTConfig {
 		Backend: inference.DefaultBackendConfig(), Train: tc, WarmupShare: 0.1,
 		Steps: 300, BatchSize: 16, CheckpointEvery: 50, KeepCheckpoints: 2,
 		HeldOutShare: 0.2, Seed: 1, MaxTurns: 10,
-		UserAgent: simulator.DefaultUserAgentConfig(), DefaultCard: DefaultNPCCard,
+		UserAgent: simulator.DefaultUserAgentConfig(), DecisionWeight: 1, DefaultCard: DefaultNPCCard,
 		Eval: DefaultEvalConfig(),
 	}
 }
@@ -137,6 +142,8 @@ func (c SFTConfig) Validate() error {
 		return fmt.Errorf("sft config: warm-up share %g must be in [0, 1)", c.WarmupShare)
 	case c.MaxTurns < 1:
 		return fmt.Errorf("sft config: max turns %d must be positive", c.MaxTurns)
+	case c.DecisionWeight <= 0:
+		return fmt.Errorf("sft config: decision weight %g must be positive", c.DecisionWeight)
 	case c.Parent == "" && c.VocabSize < 300:
 		return fmt.Errorf("sft config: vocab size %d is below the 256 bytes and specials", c.VocabSize)
 	}
@@ -221,7 +228,7 @@ func TrainSFT(ctx context.Context, cfg SFTConfig, dialogues []simulator.Dialogue
 	}
 	prompt := npcPrompt{cards: cfg.NPCCards, defaultCard: cfg.DefaultCard}
 	risks := trainingRisks(train, cfg.MaxTurns)
-	insts, err := buildInstances(cfg.Role, tok, cfg.UserAgent, prompt, train, risks, m.Config().MaxSeq)
+	insts, err := buildInstances(cfg.Role, tok, cfg.UserAgent, prompt, train, risks, m.Config().MaxSeq, float32(cfg.DecisionWeight))
 	if err != nil {
 		return nil, fmt.Errorf("train sft: %w", err)
 	}
@@ -618,6 +625,7 @@ func hyperparameters(cfg SFTConfig, tc inference.TrainConfig, steps int) map[str
 		"role": string(cfg.Role), "steps": steps, "batch_size": cfg.BatchSize, "learning_rate": tc.LearningRate,
 		"warmup_steps": tc.WarmupSteps, "schedule": tc.Schedule, "weight_decay": tc.WeightDecay,
 		"clip_norm": tc.ClipNorm, "held_out_share": cfg.HeldOutShare, "seed": cfg.Seed, "max_turns": cfg.MaxTurns,
+		"decision_weight": cfg.DecisionWeight,
 	}
 }
 

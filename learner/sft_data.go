@@ -296,7 +296,9 @@ func byPlayer(ds []simulator.Dialogue) map[string][]simulator.Dialogue {
 var errNoData = errors.New("no usable dialogues")
 
 // buildInstances renders the training instances of role.
-func buildInstances(role Role, tok *inference.Tokenizer, ua simulator.UserAgentConfig, prompt npcPrompt, ds []simulator.Dialogue, risks []float64, maxSeq int) ([]instance, error) {
+// decisionWeight multiplies the loss weight of the user agent's
+// [Continue] / [Terminate] token (1 weighs it like any text token).
+func buildInstances(role Role, tok *inference.Tokenizer, ua simulator.UserAgentConfig, prompt npcPrompt, ds []simulator.Dialogue, risks []float64, maxSeq int, decisionWeight float32) ([]instance, error) {
 	players := byPlayer(ds)
 	var out []instance
 	for _, d := range ds {
@@ -314,6 +316,12 @@ func buildInstances(role Role, tok *inference.Tokenizer, ua simulator.UserAgentC
 			var err error
 			if ins, err = userInstances(tok, ua, pickDemos(players[d.PlayerID], d), d, risks, maxSeq); err != nil {
 				return nil, fmt.Errorf("render %s: %w", d.SessionID, err)
+			}
+			for _, in := range ins {
+				// The turn's weighted span opens with <|user|> and the decision.
+				if spans := weightedSpans(in.weights); len(spans) > 0 && spans[0][0]+1 < len(in.weights) {
+					in.weights[spans[0][0]+1] *= decisionWeight
+				}
 			}
 		}
 		for _, in := range ins {

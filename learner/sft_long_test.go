@@ -19,7 +19,8 @@ func smallSFTConfig(t *testing.T, role Role) SFTConfig {
 	cfg.Arch.Dim, cfg.Arch.Layers, cfg.Arch.Heads, cfg.Arch.FFNDim, cfg.Arch.MaxSeq = 64, 2, 2, 192, 512
 	cfg.VocabSize = 768
 	cfg.DataDir = t.TempDir()
-	cfg.Steps, cfg.BatchSize, cfg.CheckpointEvery = 240, 8, 60
+	cfg.Steps, cfg.BatchSize, cfg.CheckpointEvery = 400, 8, 100
+	cfg.DecisionWeight = 5
 	cfg.Train.LearningRate = 3e-3
 	cfg.Eval = EvalConfig{MaxDialogues: 80, MaxReplies: 80, ReplyTokens: 24, MaxTurns: 10, ScoreBatch: 8, Seed: 1}
 	cfg.Progress = os.Stderr
@@ -28,7 +29,10 @@ func smallSFTConfig(t *testing.T, role Role) SFTConfig {
 
 func tableOf(t *testing.T, res *SFTResult) string {
 	var b strings.Builder
-	if err := WriteMetricsTable(&b, []MetricsRow{{Name: "before SFT", Metrics: res.Before}, {Name: "after SFT", Metrics: res.After}}); err != nil {
+	real := Metrics{PPL: 1, Dist1: res.After.RealDist1, Dist2: res.After.RealDist2, AvgWords: res.After.RealAvgWords,
+		Rho: 1, RhoDefined: true, AvgL: res.After.RealAvgL, RealAvgL: res.After.RealAvgL}
+	rows := []MetricsRow{{Name: "real (held-out)", Metrics: real}, {Name: "before SFT", Metrics: res.Before}, {Name: "after SFT", Metrics: res.After}}
+	if err := WriteMetricsTable(&b, rows); err != nil {
 		t.Fatal(err)
 	}
 	return b.String()
