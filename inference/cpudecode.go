@@ -357,12 +357,14 @@ func (d *cpuDecoder) forward(toks, rows, pos, sel []int, logits []float32) {
 			rmsNormRow(hn[j*D:(j+1)*D], x[j*D:(j+1)*D], ly.mlpNorm, eps)
 		}
 		d.matmul(gu, hn, &ly.gateUp, n, false)
-		for j := range n {
-			g, u, a := gu[j*2*F:j*2*F+F], gu[j*2*F+F:(j+1)*2*F], act[j*F:(j+1)*F]
-			for i, gv := range g {
-				a[i] = gv * sigmoid(gv) * u[i]
+		d.pool.run(n, tokGrain, func(lo, hi int) {
+			for j := lo; j < hi; j++ {
+				g, u, a := gu[j*2*F:j*2*F+F], gu[j*2*F+F:(j+1)*2*F], act[j*F:(j+1)*F]
+				for i, gv := range g {
+					a[i] = gv * sigmoid(gv) * u[i]
+				}
 			}
-		}
+		})
 		d.matmul(x, act, &ly.down, n, true)
 	}
 	hs := grow(&d.s.head, len(sel)*D)

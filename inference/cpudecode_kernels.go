@@ -2,15 +2,19 @@ package inference
 
 import (
 	"math"
+	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // cpuPool is a fixed set of helper goroutines that share the chunks of one
 // parallel loop at a time with the calling goroutine. Chunks are claimed
 // from an atomic counter, so a helper that is slow to wake (other processes
 // on the machine) costs nothing: the caller takes its chunks and never waits
-// for a helper that has not started.
+// for a helper that has not started. Waking a parked goroutine takes longer
+// than most of a decode step's loops, so a helper polls for the next job for
+// poolSpin before it parks.
 type cpuPool struct {
 	helpers int
 	jobs    chan *cpuJob
@@ -36,16 +40,39 @@ func newCPUPool(helpers int) *cpuPool {
 		go func() {
 			defer p.wg.Done()
 			for {
-				select {
-				case j := <-p.jobs:
-					j.work()
-				case <-p.quit:
+				j := p.next()
+				if j == nil {
 					return
 				}
+				j.work()
 			}
 		}()
 	}
 	return p
+}
+
+// poolSpin is how long an idle helper polls for work before parking.
+const poolSpin = 200 * time.Microsecond
+
+// next returns the next job, or nil once the pool is closed.
+func (p *cpuPool) next() *cpuJob {
+	deadline := time.Now().Add(poolSpin)
+	for time.Now().Before(deadline) {
+		select {
+		case j := <-p.jobs:
+			return j
+		case <-p.quit:
+			return nil
+		default:
+			runtime.Gosched()
+		}
+	}
+	select {
+	case j := <-p.jobs:
+		return j
+	case <-p.quit:
+		return nil
+	}
 }
 
 // close stops the helpers.
