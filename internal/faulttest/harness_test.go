@@ -271,9 +271,10 @@ func (g *gatewayProc) waitReady(t *testing.T, within time.Duration) {
 
 // apiResult is one answer of the player API.
 type apiResult struct {
-	status int
-	body   []byte
-	err    error // transport error
+	status     int
+	retryAfter string // the Retry-After header
+	body       []byte
+	err        error // transport error
 }
 
 func (r apiResult) code() string {
@@ -314,7 +315,7 @@ func call(ctx context.Context, method, url, key string, body any) apiResult {
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	return apiResult{status: resp.StatusCode, body: b, err: err}
+	return apiResult{status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After"), body: b, err: err}
 }
 
 func createSession(ctx context.Context, base, key, player string) (schema.CreateSessionResponse, apiResult) {
