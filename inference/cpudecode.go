@@ -10,12 +10,15 @@ import (
 	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
 )
 
-// cpuDecoder is the decoder in plain Go for CPUs. GoMLX's pure-Go backend
-// re-lays-out the weights on every small-M matmul, which makes decode steps
-// several times slower than the arithmetic needs; this path keeps the
-// weights in the row layout its dot products read, streams each weight
-// once per step for the whole batch, and runs the matmuls and attention on
-// a fixed pool of goroutines. The math is Model.forward's (RMSNorm, rotary
+// cpuDecoder is the decoder in Go for CPUs, without cgo. GoMLX's pure-Go
+// backend re-lays-out the weights on every small-M matmul, which makes
+// decode steps several times slower than the arithmetic needs; this path
+// lays the weights out once (rows for dot products with a few tokens,
+// 16-wide panels for a register-blocked kernel with six or more), reads each
+// weight once per step for the whole batch, skips inactive rows, and runs
+// the matmuls, attention and SiLU on a fixed pool of goroutines. Three
+// small AVX2/FMA loops (cpudecode_amd64.s) do the arithmetic where the CPU
+// has them, plain Go elsewhere. The math is Model.forward's (RMSNorm, rotary
 // positions, causal softmax attention, SwiGLU, tied head) and is checked
 // against gomlxDecoder in cpudecode_test.go.
 //
