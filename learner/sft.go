@@ -278,6 +278,15 @@ func TrainSFT(ctx context.Context, cfg SFTConfig, dialogues []simulator.Dialogue
 		logger.Info("sft: not published", "role", cfg.Role, "reason", res.GateReason)
 		return res, nil
 	}
+	marker := filepath.Join(runDir, publishedFile)
+	if raw, err := os.ReadFile(marker); err == nil {
+		// This run was published before a restart: do not publish it twice.
+		if err := json.Unmarshal(raw, &res.Manifest); err != nil {
+			return nil, fmt.Errorf("train sft: read %q: %w", marker, err)
+		}
+		res.Published, res.Version = true, res.Manifest.Version
+		return res, nil
+	}
 	man := schema.Manifest{
 		Model: cfg.Model, Parent: cfg.Parent, Algorithm: "sft",
 		Hyperparameters: hyperparameters(cfg, tc, steps),
@@ -288,6 +297,13 @@ func TrainSFT(ctx context.Context, cfg SFTConfig, dialogues []simulator.Dialogue
 		return nil, fmt.Errorf("train sft: %w", err)
 	}
 	res.Published, res.Version = true, res.Manifest.Version
+	raw, err := json.Marshal(res.Manifest)
+	if err != nil {
+		return nil, fmt.Errorf("train sft: %w", err)
+	}
+	if err := writeFileSync(marker, raw); err != nil {
+		return nil, fmt.Errorf("train sft: %w", err)
+	}
 	logger.Info("sft: published", "model", cfg.Model, "version", res.Version)
 	return res, nil
 }
@@ -382,7 +398,13 @@ type savedVar struct {
 	Data        []float32
 }
 
-const checkpointPrefix = "ckpt-"
+// Files of a run directory besides the checkpoints and the tokenizer.
+const (
+	checkpointPrefix = "ckpt-"
+	// publishedFile holds the manifest of the version a finished run
+	// published.
+	publishedFile = "published.json"
+)
 
 func (r *sftRun) train(ctx context.Context, ckpt *checkpoint) error {
 	tr, err := inference.NewTrainer(r.m, r.tc)

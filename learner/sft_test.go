@@ -102,6 +102,13 @@ func TestSFTResumeContinuesLossCurve(t *testing.T) {
 	if !got.Published || got.Version != "v1" {
 		t.Fatalf("published %v as %q; want v1", got.Published, got.Version)
 	}
+	again, err := TrainSFT(ctx, cfg, ds, nil)
+	if err != nil || again.Version != "v1" {
+		t.Errorf("rerun of the finished run = %q, %v; want v1 again, not a second version", again.Version, err)
+	}
+	if got := registryVersions(t, cfg.Registry, cfg.Model); len(got) != 1 {
+		t.Errorf("registry holds %v after a rerun; want only v1", got)
+	}
 	m, tok, man, err := inference.LoadCheckpoint(filepath.Join(cfg.Registry, cfg.Model, "v1"), inference.DefaultBackendConfig())
 	if err != nil {
 		t.Fatalf("load the published version: %v", err)
