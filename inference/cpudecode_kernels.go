@@ -12,8 +12,8 @@ import (
 // on the machine) costs nothing: the caller takes its chunks and never waits
 // for a helper that has not started. Helpers park between jobs rather than
 // spin: on a machine with more runnable threads than cores a spinning
-// helper took the time slices its caller needed (batch-32 steps 2-3x slower
-// with 200µs of polling, measured at load 12 on 2 cores).
+// helper took the time slices its caller needed (batch-32 steps up to 2-3x
+// slower in some runs with 200µs of polling, at load 12 on 2 cores).
 type cpuPool struct {
 	helpers int
 	jobs    chan *cpuJob
