@@ -44,10 +44,11 @@ upper case with dashes as underscores (--data-dir → PARLEY_DATA_DIR). Flags wi
 	root.AddCommand(
 		newDevCmd(&g),
 		newGatewayCmd(&g),
-		notBuilt("learner", "Run the learner: session consumer, user-agent refresh and AT-GRPO cycles", 6),
+		newLearnerCmd(&g),
 		newCtlCmd(&g),
 		newBotsCmd(&g),
-		notBuilt("train", "Train agents: SFT of the NPC policy or the user agent from a corpus", 6),
+		newTrainCmd(&g),
+		newEvalCmd(),
 		notBuilt("experiment", "Reproduce the paper's tables: SFT, GRPO, GSPO, TreeRPO and AT-GRPO side by side", 7),
 		newBenchCmd(),
 		newCorpusCmd(),

@@ -25,8 +25,8 @@ import (
 	"github.com/parleyhq/parley/gateway"
 	"github.com/parleyhq/parley/internal/broker"
 	"github.com/parleyhq/parley/internal/gatewayd"
+	"github.com/parleyhq/parley/internal/learnerd"
 	"github.com/parleyhq/parley/internal/telemetry"
-	"github.com/parleyhq/parley/learner"
 	"github.com/parleyhq/parley/simulator"
 )
 
@@ -153,16 +153,11 @@ func (s *Stack) Run(ctx context.Context) error {
 	errs := make(chan error, 3)
 	wg.Go(func() { errs <- gatewayd.Run(ctx, gw, s.tel) })
 	if s.cfg.Learner {
-		lc := learner.DefaultConfig()
-		lc.DataDir, lc.Registry = filepath.Join(s.cfg.DataDir, "learner"), registryDir
-		lc.Consumer.Brokers = kafka.ListenAddrs()
-		l, err := learner.New(lc, learner.Deps{Logger: s.log.With("component", "learner")})
-		if err != nil {
-			cancel()
-			wg.Wait()
-			return err
-		}
-		wg.Go(func() { errs <- l.Run(ctx) })
+		lc := learnerd.DefaultConfig()
+		lc.Learner.DataDir, lc.Learner.Registry = filepath.Join(s.cfg.DataDir, "learner"), registryDir
+		lc.Learner.Consumer.Brokers = kafka.ListenAddrs()
+		lc.RedisAddr, lc.KeyPrefix, lc.Watchdog.Deployment = redisAddr, gw.Gateway.KeyPrefix, gw.Gateway.Deployment
+		wg.Go(func() { errs <- learnerd.Run(ctx, lc, s.tel) })
 	}
 
 	base := "http://" + s.cfg.Addr

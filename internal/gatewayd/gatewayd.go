@@ -158,7 +158,6 @@ func Run(ctx context.Context, cfg Config, tel *telemetry.Telemetry) error {
 	background("a/b follower", func(ctx context.Context) error {
 		return abtest.Follow(ctx, abtest.FollowConfig{
 			Brokers: cfg.SessionLog.Brokers, Topic: cfg.SessionLog.Topic,
-			GroupID: "parley-gateway-abtest-" + cfg.Instance,
 		}, collector, log)
 	})
 

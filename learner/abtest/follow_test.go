@@ -45,7 +45,7 @@ func TestFollowFeedsTheCollectorFromKafka(t *testing.T) {
 	c := NewCollector()
 	done := make(chan error, 1)
 	go func() {
-		done <- Follow(ctx, FollowConfig{Brokers: k.Addrs, Topic: topic, GroupID: k.Prefix + "follow"}, c, slog.New(slog.DiscardHandler))
+		done <- Follow(ctx, FollowConfig{Brokers: k.Addrs, Topic: topic}, c, slog.New(slog.DiscardHandler))
 	}()
 	for len(endedSessions(c)) < 4 {
 		if ctx.Err() != nil {
