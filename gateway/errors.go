@@ -126,6 +126,10 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 	case status >= 500 && status != http.StatusServiceUnavailable && status != http.StatusGatewayTimeout:
 		s.log.Error("request failed", "route", c.Path(), "err", err)
 		msg = "internal error"
+	case errors.Is(err, ErrEventsUnlogged):
+		// Before the net.Error case: a spool write that failed with a
+		// syscall.Errno (ENOSPC) satisfies net.Error too.
+		s.log.Warn("session events could not be logged", "route", c.Path(), "err", err)
 	case errors.As(err, &ne):
 		s.log.Warn("session store unreachable", "route", c.Path(), "err", err)
 		msg = "session store unavailable"
