@@ -81,6 +81,7 @@ type gatewaySpec struct {
 	SpoolMaxBytes  int64         `json:"spool_max_bytes"`
 	SegmentBytes   int64         `json:"segment_bytes"`
 	MaxTokens      int           `json:"max_tokens"`
+	Greedy         bool          `json:"greedy"`
 	RequestTimeout time.Duration `json:"request_timeout"`
 	PollInterval   time.Duration `json:"poll_interval"`
 	FleetTTL       time.Duration `json:"fleet_ttl"`
@@ -100,6 +101,9 @@ func runGatewayChild(ctx context.Context, raw string) error {
 	}
 	cfg.Gateway.Addr, cfg.Gateway.KeyPrefix, cfg.Gateway.Deployment = s.Addr, s.Prefix, s.Deployment
 	cfg.Gateway.Sampling.MaxTokens = s.MaxTokens
+	if s.Greedy {
+		cfg.Gateway.Sampling.Temperature = 0
+	}
 	cfg.Gateway.PlayerRate, cfg.Gateway.ClientRate = 0, 0
 	if s.RequestTimeout > 0 {
 		cfg.Gateway.RequestTimeout = s.RequestTimeout
