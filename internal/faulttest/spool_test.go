@@ -187,13 +187,14 @@ func TestSpoolDiskFull(t *testing.T) {
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", spool).CombinedOutput(); err != nil {
 		t.Skipf("cannot mount a 256 KiB tmpfs for the spool (needs root): %v: %s", err, out)
 	}
-	gw := startGateway(t, spec)
+	// Cleanups run last-registered first: the gateway is killed before
+	// this unmounts, and this before the temp dir is removed.
 	t.Cleanup(func() {
-		gw.kill()
 		if out, err := exec.Command("umount", spool).CombinedOutput(); err != nil {
 			t.Errorf("umount %s: %v: %s", spool, err, out)
 		}
 	})
+	gw := startGateway(t, spec)
 	key, err := gateway.CreateKey(ctx, s.redis.Client, s.redis.Prefix, "game", gateway.RolePlayerClient)
 	if err != nil {
 		t.Fatal(err)
