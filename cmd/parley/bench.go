@@ -50,6 +50,7 @@ func newBenchInferenceCmd() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&cfg.Checkpoint, "checkpoint", "", "registry version directory to benchmark (default: a random model of the default size)")
 	f.IntSliceVar(&cfg.Batches, "batches", cfg.Batches, "decode batch sizes")
+	f.StringSliceVar(&cfg.Decoders, "decoders", cfg.Decoders, "decode paths measured in one run (cpu, gomlx); the first gives the headline")
 	f.IntVar(&cfg.DecodeTokens, "decode-tokens", cfg.DecodeTokens, "tokens generated per request")
 	f.Float64Var(&cfg.SgemmFLOPS, "sgemm-flops", cfg.SgemmFLOPS, "the machine's float32 matmul ceiling (see ../shared/tools/sgemm-ceiling)")
 	f.StringVar(&out, "out", "", "write the report as JSON to this file")
