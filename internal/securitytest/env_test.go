@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -160,16 +161,26 @@ type response struct {
 	body   []byte
 }
 
-// do sends c and returns its response.
+// do sends c and returns its response; a transport error ends the test.
 func (e *env) do(t *testing.T, c httpCase) response {
 	t.Helper()
+	r, err := e.send(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// send sends c and returns its response, for goroutines (which must not
+// end the test).
+func (e *env) send(c httpCase) (response, error) {
 	var body io.Reader
 	if c.body != "" {
 		body = strings.NewReader(c.body)
 	}
 	req, err := http.NewRequest(c.method, e.base+c.path, body)
 	if err != nil {
-		t.Fatalf("build request %s %s: %v", c.method, c.path, err)
+		return response{}, fmt.Errorf("build request %s %.120s: %w", c.method, c.path, err)
 	}
 	if c.key != "" {
 		req.Header.Set("Authorization", "Bearer "+c.key)
@@ -186,14 +197,14 @@ func (e *env) do(t *testing.T, c httpCase) response {
 	}
 	resp, err := e.client.Do(req)
 	if err != nil {
-		t.Fatalf("%s %.120s: %v", c.method, c.path, err)
+		return response{}, fmt.Errorf("%s %.120s: %w", c.method, c.path, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		t.Fatalf("read response of %s %.120s: %v", c.method, c.path, err)
+		return response{}, fmt.Errorf("read response of %s %.120s: %w", c.method, c.path, err)
 	}
-	return response{status: resp.StatusCode, header: resp.Header, body: b}
+	return response{status: resp.StatusCode, header: resp.Header, body: b}, nil
 }
 
 // run sends each case, checks its status and error body, and checks that
