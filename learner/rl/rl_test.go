@@ -2,6 +2,8 @@ package rl
 
 import (
 	"context"
+	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -62,5 +64,46 @@ func TestTrainerRunsEveryAlgorithmOnTheRealEngine(t *testing.T) {
 			t.Logf("%s: %.0f nodes/tree, reward %.3f, depth %.1f, %.2fs (rollout %.2fs, update %.2fs)",
 				a, st.Nodes, st.Reward, st.Depth, st.Seconds, st.Rollout, st.Update)
 		})
+	}
+}
+
+// TestPolicySamplesTheUpdatedWeights checks that the engine serving the
+// policy sees the updater's steps: after training its greedy turn down, the
+// policy's greedy turn changes.
+func TestPolicySamplesTheUpdatedWeights(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains a small model")
+	}
+	f := newFixture(t, 10)
+	pc := DefaultPolicyConfig()
+	pc.Sampling.Temperature, pc.Sampling.MaxTokens = 0, 8
+	pol, err := NewModelPolicy(f.engine, f.tok, f.model.Config().MaxSeq, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultUpdateConfig()
+	cfg.Train.LearningRate, cfg.Beta = 1e-2, 0
+	up, err := NewUpdater(f.model, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	st := []State{{Prompt: &f.prompts(false, 1, 1)[0]}}
+	before, err := pol.GenerateBatch(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := []Sample{{Prompt: before[0].Prompt, Tokens: before[0].Tokens, Advantage: -1}}
+	for range 5 {
+		if _, err := up.Update(ctx, s, rand.New(rand.NewPCG(1, 1))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after, err := pol.GenerateBatch(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Equal(before[0].Tokens, after[0].Tokens) {
+		t.Errorf("greedy turn %v unchanged after training it down; want the engine to serve the new weights", after[0].Tokens)
 	}
 }

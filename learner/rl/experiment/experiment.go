@@ -7,6 +7,7 @@
 package experiment
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -39,7 +40,18 @@ type Config struct {
 	OutDir string `json:"out_dir"`
 	// Only, when set, restricts the run to the variants of these names.
 	Only []string `json:"only,omitempty"`
+	// TrainOn is the RL environment: TrainOnUserAgent (the paper's
+	// method, the default) or TrainOnPlayers, the ground-truth players as
+	// an oracle user agent (a diagnostic: what RL reaches when the
+	// environment is faithful).
+	TrainOn string `json:"train_on,omitempty"`
 }
+
+// RL environments of Config.TrainOn.
+const (
+	TrainOnUserAgent = "user-agent"
+	TrainOnPlayers   = "players"
+)
 
 // DefaultConfig runs the small profile with three seeds into ./experiment.
 func DefaultConfig() Config { return Config{Profile: "small", Seeds: 3, OutDir: "experiment"} }
@@ -51,6 +63,9 @@ func (c Config) Validate() error {
 	}
 	if c.OutDir == "" {
 		return errors.New("experiment: an output directory is required")
+	}
+	if c.TrainOn != "" && c.TrainOn != TrainOnUserAgent && c.TrainOn != TrainOnPlayers {
+		return fmt.Errorf("experiment: train on %q: want %q or %q", c.TrainOn, TrainOnUserAgent, TrainOnPlayers)
 	}
 	if c.Override == nil {
 		_, err := ProfileByName(c.Profile)
@@ -103,13 +118,26 @@ type Bootstrap struct {
 	UserAgentLoss float64         `json:"user_agent_loss"`
 }
 
+// Probe is how strongly the user agent and the ground-truth players react
+// to the NPC's quality: the mean termination probability p after a first
+// NPC turn written by a scripted NPC of one quality, over held-out
+// openings. A user agent whose p does not move with quality gives RL
+// nothing to learn from.
+type Probe struct {
+	Quality   string  `json:"quality"`
+	UserAgent float64 `json:"user_agent_p"`
+	Players   float64 `json:"players_p"`
+}
+
 // Results is everything Run measured.
 type Results struct {
 	Profile   Profile   `json:"profile"`
 	Seeds     int       `json:"seeds"`
+	TrainOn   string    `json:"train_on"`
 	Variants  []Variant `json:"variants"`
 	Rows      []Row     `json:"rows"`
 	Bootstrap Bootstrap `json:"bootstrap"`
+	Probes    []Probe   `json:"probes"`
 	// SFTSeconds is the bootstrap's time (corpus, tokenizer, both SFTs).
 	SFTSeconds float64 `json:"sft_seconds"`
 	Seconds    float64 `json:"seconds"`
@@ -118,17 +146,18 @@ type Results struct {
 // env holds what every variant shares: the corpus, the tokenizer, the SFT
 // checkpoint, the user agent and the prompts.
 type env struct {
-	prof    Profile
-	corpus  *corpus
-	tok     *inference.Tokenizer
-	npcDir  string
-	ua      *simulator.UserAgent
-	pool    []rl.Prompt
-	eval    []rl.Prompt
-	curve   []rl.Prompt
-	refs    []rl.Sample
-	players *rl.PlayerEnv
-	logger  *slog.Logger
+	prof      Profile
+	corpus    *corpus
+	tok       *inference.Tokenizer
+	npcDir    string
+	ua        *simulator.UserAgent
+	pool      []rl.Prompt
+	eval      []rl.Prompt
+	curve     []rl.Prompt
+	refs      []rl.Sample
+	players   *rl.PlayerEnv
+	onPlayers bool
+	logger    *slog.Logger
 }
 
 // Run bootstraps the agents, trains and evaluates every variant for every
@@ -158,11 +187,16 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) (*Results, error)
 		return nil, err
 	}
 	defer stopUA()
+	e.onPlayers = cfg.TrainOn == TrainOnPlayers
 	variants := Variants(prof)
 	if len(cfg.Only) > 0 {
 		variants = slices.DeleteFunc(variants, func(v Variant) bool { return !slices.Contains(cfg.Only, v.Name) })
 	}
-	res := &Results{Profile: prof, Seeds: cfg.Seeds, Variants: variants, Bootstrap: *boot, SFTSeconds: time.Since(start).Seconds()}
+	probes, err := e.probe(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res := &Results{Profile: prof, Seeds: cfg.Seeds, TrainOn: cmp.Or(cfg.TrainOn, TrainOnUserAgent), Variants: variants, Bootstrap: *boot, Probes: probes, SFTSeconds: time.Since(start).Seconds()}
 	done := previousRows(cfg.OutDir, prof)
 	for _, v := range res.Variants {
 		for seed := 1; seed <= cfg.Seeds; seed++ {
@@ -189,6 +223,39 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) (*Results, error)
 		return nil, err
 	}
 	return res, nil
+}
+
+// probe measures Probe for every scripted NPC quality on the evaluation
+// openings.
+func (e *env) probe(ctx context.Context) ([]Probe, error) {
+	var out []Probe
+	for i, q := range simulator.Qualities() {
+		npc, err := simulator.NewScriptedNPC(e.corpus.pop, q, simulator.DefaultScriptConfig(), uint64(i)+1)
+		if err != nil {
+			return nil, fmt.Errorf("probe: %w", err)
+		}
+		turns := make([]rl.Turn, len(e.eval))
+		for j := range e.eval {
+			reply, _ := npc.Reply(e.eval[j].Opening)
+			turns[j] = rl.Turn{State: rl.State{Prompt: &e.eval[j]}, NPC: reply}
+		}
+		pr := Probe{Quality: string(q)}
+		for _, x := range []struct {
+			env rl.Environment
+			p   *float64
+		}{{rl.NewUserAgentEnv(e.ua, 1), &pr.UserAgent}, {e.players, &pr.Players}} {
+			rs, err := x.env.Respond(ctx, 0, turns)
+			if err != nil {
+				return nil, fmt.Errorf("probe %s: %w", q, err)
+			}
+			for _, r := range rs {
+				*x.p += r.P / float64(len(rs))
+			}
+		}
+		e.logger.Info("probe", "quality", q, "user_agent_p", pr.UserAgent, "players_p", pr.Players)
+		out = append(out, pr)
+	}
+	return out, nil
 }
 
 type rowKey struct {
@@ -418,8 +485,12 @@ func (e *env) run(ctx context.Context, v Variant, seed int) (Row, error) {
 		}
 		return rl.Evaluate(ctx, ep, env, prompts, e.prof.EvalDepth, 0)
 	}
+	var trainEnv rl.Environment = uaEnv
+	if e.onPlayers {
+		trainEnv = e.players
+	}
 	curvePoint := func(step int) error {
-		r, err := evalWith(uaEnv, e.curve)
+		r, err := evalWith(trainEnv, e.curve)
 		if err != nil {
 			return err
 		}
@@ -429,7 +500,7 @@ func (e *env) run(ctx context.Context, v Variant, seed int) (Row, error) {
 	if v.Config != nil {
 		cfg := *v.Config
 		cfg.Seed = uint64(seed)
-		tr, err := rl.NewTrainer(cfg, pol, uaEnv, up, e.logger)
+		tr, err := rl.NewTrainer(cfg, pol, trainEnv, up, e.logger)
 		if err != nil {
 			peak()
 			return row, err

@@ -47,26 +47,36 @@ func TestExperimentProfile(t *testing.T) {
 // differ only by the trained weights:
 //
 //	go test -tags long -timeout 1h -run TestATGRPORaisesAvgR ./learner/rl/experiment -v
-func TestATGRPORaisesAvgR(t *testing.T) {
+func TestATGRPORaisesAvgR(t *testing.T) { atgrpoRaisesAvgR(t, TrainOnUserAgent) }
+
+// TestATGRPORaisesAvgRWithPlayers is the same with the ground-truth players
+// as the RL environment (an oracle user agent): it checks the RL machinery
+// apart from the user agent's fidelity.
+func TestATGRPORaisesAvgRWithPlayers(t *testing.T) { atgrpoRaisesAvgR(t, TrainOnPlayers) }
+
+func atgrpoRaisesAvgR(t *testing.T, trainOn string) {
 	p := TinyProfile()
 	p.Players, p.DialoguesPerPlayer, p.MaxTurns = 40, 4, 6
 	p.SFTSteps = 150
-	p.RL.Steps, p.RL.Batch, p.RL.Workers = 6, 4, 4
+	p.RL.Steps, p.RL.Batch, p.RL.Workers = 12, 4, 4
 	p.RL.Update.Train.LearningRate = 1e-3
-	p.EvalPrompts, p.CurvePrompts, p.CurveEvery, p.EvalDepth = 16, 16, 6, 4
+	p.EvalPrompts, p.CurvePrompts, p.CurveEvery, p.EvalDepth = 32, 32, 4, 4
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	res, err := Run(context.Background(), Config{Profile: "tiny", Override: &p, Seeds: 3, OutDir: t.TempDir(), Only: []string{"AT-GRPO"}}, logger)
+	res, err := Run(context.Background(), Config{Profile: "tiny", Override: &p, Seeds: 3, OutDir: t.TempDir(), Only: []string{"AT-GRPO"}, TrainOn: trainOn}, logger)
 	if err != nil {
 		t.Fatal(err)
 	}
 	gain := 0.0
 	for _, r := range res.Rows {
 		first, last := r.Curve[0], r.Curve[len(r.Curve)-1]
-		t.Logf("seed %d: Avg.r %.3f → %.3f, Avg.L %.2f → %.2f (user agent, α=1, %d held-out openings)",
-			r.Seed, first.AvgR, last.AvgR, first.AvgL, last.AvgL, p.CurvePrompts)
+		t.Logf("seed %d: Avg.r %.3f → %.3f, Avg.L %.2f → %.2f (user agent, α=1, %d held-out openings); curve %+v",
+			r.Seed, first.AvgR, last.AvgR, first.AvgL, last.AvgL, p.CurvePrompts, r.Curve)
 		gain += last.AvgR - first.AvgR
 	}
 	gain /= float64(len(res.Rows))
+	for _, pr := range res.Probes {
+		t.Logf("probe %-12s user agent p %.3f, players p %.3f", pr.Quality, pr.UserAgent, pr.Players)
+	}
 	if gain <= 0 {
 		t.Errorf("mean Avg.r gain over %d seeds = %+.3f; want positive", len(res.Rows), gain)
 	}

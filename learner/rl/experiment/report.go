@@ -116,6 +116,7 @@ func Markdown(res *Results) string {
 		res.Seeds, p.Model.Params(), p.Model.Dim, p.Model.Layers, t.W, t.Width, t.Gamma, t.Omega, t.Depth,
 		p.RL.Batch, p.RL.Steps, p.RL.Update.Train.LearningRate, p.RL.Update.Beta, p.RL.Update.Epsilon, p.RL.Lambda,
 		res.SFTSeconds, res.Seconds)
+	fmt.Fprintf(&b, "RL environment: %s.\n\n", res.TrainOn)
 	b.WriteString("Avg.L and Avg.r are measured on held-out ground-truth players (the referee) and, in the\n" +
 		"UA columns, on the learned user agent with α = 1, over the same held-out openings, L = " +
 		strconv.Itoa(p.EvalDepth) + ". PPL is on the held-out players' reference NPC turns.\n\n")
@@ -125,6 +126,15 @@ func Markdown(res *Results) string {
 		"(final loss %.3f).\n\n",
 		bs.NPC.PPL, bs.NPC.Dist1, bs.NPC.Dist2, bs.NPCLoss, bs.UserAgent.PPL, bs.UserAgent.Rho, bs.UserAgent.RhoDefined,
 		bs.UserAgent.TermLogLoss, bs.UserAgent.AvgL, bs.UserAgent.RealAvgL, bs.UserAgentLoss)
+	if len(res.Probes) > 0 {
+		b.WriteString("Does the environment reward quality? Mean termination probability p after a first NPC turn by a scripted NPC\n" +
+			"of each quality, on the held-out openings (the user agent's p = min(2·P_T, 1); the players' p is their hidden hazard):\n\n" +
+			"| scripted NPC | user agent p | players p |\n| --- | --- | --- |\n")
+		for _, pr := range res.Probes {
+			fmt.Fprintf(&b, "| %s | %.3f | %.3f |\n", pr.Quality, pr.UserAgent, pr.Players)
+		}
+		b.WriteString("\n")
+	}
 	metrics := []struct {
 		head string
 		prec int
@@ -189,7 +199,7 @@ func Markdown(res *Results) string {
 		"reuses the chosen node's w children and their subtrees at the next depth (see rl.TreeConfig.NodesWithoutTerminations).\n" +
 		"TreeRPO's full tree has W + W² + … + W^L nodes. Paper: AT-GRPO/GRPO = 39.4 s / 24.2 s = 1.63, TreeRPO/GRPO = 6.0.\n\n")
 	fmt.Fprintf(&b, "## Figure 5 analogue\n\n![Avg.r over steps](%s)\n\n![Avg.L over steps](%s)\n\n", FigureAvgR, FigureAvgL)
-	b.WriteString("Curves are the mean over seeds, evaluated on held-out openings with the user agent at α = 1.\n")
+	b.WriteString("Curves are the mean over seeds, evaluated on held-out openings in the RL environment (the user agent at α = 1, or the players).\n")
 	return b.String()
 }
 
