@@ -88,6 +88,9 @@ func testInput(t *testing.T, e *env) {
 		{name: "message oversized text", method: "POST", path: msgs, key: e.game, body: textBody(maxMessageBytes + 1), status: 413, code: "too_large"},
 		{name: "message oversized multibyte text", method: "POST", path: msgs, key: e.game, body: `{"text":"` + strings.Repeat("é", maxMessageBytes/2+1) + `"}`, status: 413, code: "too_large"},
 		{name: "message oversized body", method: "POST", path: msgs, key: e.game, body: oversized("text"), status: 413, code: "too_large"},
+		// Asking for a stream changes nothing about refusals: they are JSON.
+		{name: "message SSE invalid utf-8", method: "POST", path: msgs, key: e.game, header: map[string]string{"Accept": "text/event-stream"}, body: "{\"text\":\"\xff\"}", status: 400, code: "bad_request"},
+		{name: "message SSE oversized text", method: "POST", path: msgs, key: e.game, header: map[string]string{"Accept": "text/event-stream"}, body: textBody(maxMessageBytes + 1), status: 413, code: "too_large"},
 		{name: "message long text", method: "POST", path: fresh("input-long"), key: e.game, body: `{"text":"` + compactText(maxMessageBytes/4) + `"}`, status: 200},
 		// A message under the byte limit may still be more tokens than the
 		// model's context holds (the tiny model's is 1024).
@@ -139,6 +142,8 @@ func testOpenAIInput(t *testing.T, e *env) {
 		{name: "100k brackets", method: "POST", path: path, key: e.game, body: nested(100000), status: 413, code: "too_large"},
 		{name: "oversized last message", method: "POST", path: path, key: e.game, body: user(quote(strings.Repeat("a", maxMessageBytes+1))), status: 413, code: "too_large"},
 		{name: "oversized body", method: "POST", path: path, key: e.game, body: `{"messages":[{"role":"system","content":"` + strings.Repeat("a", maxBodyBytes) + `"},{"role":"user","content":"hi"}]}`, status: 413, code: "too_large"},
+		{name: "stream invalid utf-8", method: "POST", path: path, key: e.game, body: "{\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"\xff\"}]}", status: 400, code: "bad_request"},
+		{name: "stream oversized last message", method: "POST", path: path, key: e.game, body: `{"stream":true,"messages":[{"role":"user","content":` + quote(strings.Repeat("a", maxMessageBytes+1)) + `}]}`, status: 413, code: "too_large"},
 		{name: "huge max_tokens clamped", method: "POST", path: path, key: e.game, body: `{"messages":[{"role":"user","content":"hi"}],"max_tokens":2147483647}`, status: 200},
 		{name: "unknown fields ignored", method: "POST", path: path, key: e.game, body: `{"model":"gpt-4","n":5,"functions":[{"name":"f"}],"messages":[{"role":"user","content":"hi","name":"x"}]}`, status: 200},
 		{name: "escaped null byte", method: "POST", path: path, key: e.game, body: user(`"a\u0000b"`), status: 200},
