@@ -58,6 +58,7 @@ func testRateLimit(t *testing.T, e *env) {
 			}
 		}
 		elapsed := time.Since(start)
+		t.Logf("statuses %v in %v", out.counts, elapsed)
 		if out.counts[429] == 0 || out.counts[201] > maxAdmitted(elapsed) {
 			t.Errorf("burst of %d creates for one player from %d addresses: %v; want at most %d admitted and the rest 429",
 				3*playerBurst, 3*playerBurst, out.counts, maxAdmitted(elapsed))
@@ -86,6 +87,7 @@ func testRateLimit(t *testing.T, e *env) {
 		}
 		wg.Wait()
 		elapsed := time.Since(start)
+		t.Logf("statuses %v in %v", out.counts, elapsed)
 		if out.counts[429] == 0 || out.counts[201] > maxAdmitted(elapsed) {
 			t.Errorf("concurrent burst of %d creates: %v; want at most %d admitted and the rest 429", 8*playerBurst, out.counts, maxAdmitted(elapsed))
 		}
@@ -115,6 +117,7 @@ func testRateLimit(t *testing.T, e *env) {
 			})
 		}
 		wg.Wait()
+		t.Logf("statuses %v", out.counts)
 		if out.counts[429] == 0 {
 			t.Errorf("concurrent burst of %d messages in one session: %v; want some 429", 4*playerBurst, out.counts)
 		}
@@ -128,6 +131,7 @@ func testRateLimit(t *testing.T, e *env) {
 		for range 3 * playerBurst {
 			out.add(t, c, e.do(t, c), http.StatusOK, http.StatusTooManyRequests)
 		}
+		t.Logf("statuses %v", out.counts)
 		if out.counts[429] == 0 {
 			t.Errorf("burst of %d chat completions for one user: %v; want some 429", 3*playerBurst, out.counts)
 		}
