@@ -154,26 +154,35 @@ func (s *Server) messageHandler(c echo.Context) error {
 	}
 
 	// The reply is complete (and may have been streamed): record it even if
-	// the client goes away now.
+	// the client goes away now. Its events are made durable first and the
+	// session is updated after, so a crash or a failed spool between the two
+	// can at worst log a turn the transcript lacks (the retry logs the same
+	// turn number again, and consumers keep the latest), never keep a turn
+	// whose event is lost.
+	record := context.WithoutCancel(ctx)
 	x := schema.Exchange{Turn: sess.Turns + 1, User: msg.Text, NPC: reply, Safety: verdict.Safety}
-	ended, err := s.appendTurn(context.WithoutCancel(ctx), sess, x)
-	if err != nil {
-		return sse.fail(s, err)
-	}
 	ev := s.newEvent(sess, schema.TurnEvent)
 	ev.Turn, ev.UserText, ev.NPCText, ev.Safety = x.Turn, x.User, x.NPC, x.Safety
 	ev.LatencyMS = time.Since(start).Milliseconds()
 	ev.TokensIn, ev.TokensOut = out.Completion.PromptTokens, out.Completion.CompletionTokens
-	if err := s.publish(ctx, ev); err != nil {
+	if err := s.publish(record, ev); err != nil {
+		return sse.fail(s, err)
+	}
+	if x.Turn >= s.cfg.MaxTurns {
+		end := s.endedEvent(sess, schema.EndMaxTurns)
+		end.Turns = x.Turn
+		if err := s.publish(record, end); err != nil {
+			return sse.fail(s, err)
+		}
+	}
+	ended, err := s.appendTurn(record, sess, x)
+	if err != nil {
 		return sse.fail(s, err)
 	}
 	s.metrics.turn(ctx, x.Safety)
 	resp := schema.MessageResponse{Reply: reply, Turn: x.Turn, Safety: x.Safety}
 	if ended {
 		resp.Ended = schema.EndMaxTurns
-		if err := s.publish(ctx, s.endedEvent(sess, schema.EndMaxTurns)); err != nil {
-			return sse.fail(s, err)
-		}
 		s.metrics.sessionsEnded(ctx, schema.EndMaxTurns)
 	}
 	if onPiece != nil {
