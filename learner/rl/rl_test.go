@@ -17,11 +17,19 @@ func tinyRun(a Algorithm) Config {
 	return c.WithAlgorithm(a)
 }
 
-func TestTrainerRunsEveryAlgorithmOnTheRealEngine(t *testing.T) {
+// TestOnTheRealEngine shares one small trained model and its engine
+// between the tests that need them.
+func TestOnTheRealEngine(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains a small model")
 	}
 	f := newFixture(t, 10)
+	t.Run("every algorithm takes a step", func(t *testing.T) { testEveryAlgorithm(t, f) })
+	// Last: it trains the model hard.
+	t.Run("policy samples the updated weights", func(t *testing.T) { testPolicySamplesTheUpdatedWeights(t, f) })
+}
+
+func testEveryAlgorithm(t *testing.T, f *fixture) {
 	pool := f.prompts(false, 8, 1)
 	ctx := context.Background()
 	for _, a := range Algorithms() {
@@ -67,14 +75,10 @@ func TestTrainerRunsEveryAlgorithmOnTheRealEngine(t *testing.T) {
 	}
 }
 
-// TestPolicySamplesTheUpdatedWeights checks that the engine serving the
+// testPolicySamplesTheUpdatedWeights checks that the engine serving the
 // policy sees the updater's steps: after training its greedy turn down, the
 // policy's greedy turn changes.
-func TestPolicySamplesTheUpdatedWeights(t *testing.T) {
-	if testing.Short() {
-		t.Skip("trains a small model")
-	}
-	f := newFixture(t, 10)
+func testPolicySamplesTheUpdatedWeights(t *testing.T, f *fixture) {
 	pc := DefaultPolicyConfig()
 	pc.Sampling.Temperature, pc.Sampling.MaxTokens = 0, 8
 	pol, err := NewModelPolicy(f.engine, f.tok, f.model.Config().MaxSeq, pc)

@@ -197,7 +197,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) (*Results, error)
 		return nil, err
 	}
 	res := &Results{Profile: prof, Seeds: cfg.Seeds, TrainOn: cmp.Or(cfg.TrainOn, TrainOnUserAgent), Variants: variants, Bootstrap: *boot, Probes: probes, SFTSeconds: time.Since(start).Seconds()}
-	done := previousRows(cfg.OutDir, prof)
+	done := previousRows(cfg.OutDir, prof, res.TrainOn)
 	for _, v := range res.Variants {
 		for seed := 1; seed <= cfg.Seeds; seed++ {
 			if row, ok := done[rowKey{v.Name, seed}]; ok {
@@ -266,7 +266,7 @@ type rowKey struct {
 // previousRows reads the rows of an earlier run of the same profile in
 // dir (results.json is rewritten after every row), so an interrupted
 // experiment resumes where it stopped.
-func previousRows(dir string, prof Profile) map[rowKey]Row {
+func previousRows(dir string, prof Profile, trainOn string) map[rowKey]Row {
 	out := map[rowKey]Row{}
 	b, err := os.ReadFile(filepath.Join(dir, ResultsJSON))
 	if err != nil {
@@ -278,7 +278,7 @@ func previousRows(dir string, prof Profile) map[rowKey]Row {
 	}
 	pa, _ := json.Marshal(prev.Profile)
 	pb, _ := json.Marshal(prof)
-	if string(pa) != string(pb) {
+	if string(pa) != string(pb) || prev.TrainOn != trainOn {
 		return out
 	}
 	for _, r := range prev.Rows {
