@@ -8,7 +8,7 @@ ADDR ?= 127.0.0.1:8080
 FUZZTIME ?= 10s
 BENCH_DIR ?= bench/results
 
-.PHONY: all build run test test-short test-long lint fuzz bench schemas deploy-check clean
+.PHONY: all build run test test-short test-long test-security test-faults lint fuzz bench schemas deploy-check clean
 
 all: build
 
@@ -29,10 +29,19 @@ test-short:
 test-long:
 	$(GO) test -tags long -count=1 -timeout 120m ./...
 
+# The security suite against one real gateway process (also part of `make test`).
+test-security:
+	$(GO) test -count=1 -v ./internal/securitytest/
+
+# Fault injection: broker and Redis killed under load, learner and gateway
+# SIGKILLed mid-work, corrupt checkpoints, a full spool and a full disk.
+test-faults:
+	$(GO) test -tags faults -count=1 -timeout 30m -v ./internal/faulttest/
+
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) vet -tags long,xla ./...
+	$(GO) vet -tags long,xla,faults ./...
 	$(GO) run $(STATICCHECK) ./...
 
 # Runs every fuzz target for FUZZTIME each (go test -fuzz takes one target at a time).

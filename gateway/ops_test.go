@@ -306,9 +306,9 @@ func TestPanicBecomesA500(t *testing.T) {
 func TestAdminGroupAndPublicMount(t *testing.T) {
 	e := newEnv(t, nil)
 	e.srv.Admin().POST("/whoami", func(c echo.Context) error { return c.String(http.StatusOK, Caller(c)) })
-	e.srv.MountPublic("/admin", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	e.srv.MountPublic(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte("dashboard " + r.URL.Path))
-	}))
+	}), "/admin", "/admin/app.js")
 	ops := e.newKey("ops-team", RoleLiveOps)
 	if r := e.do("POST", "/admin/v1/whoami", ops, nil); r.status != http.StatusOK || string(r.body) != "ops-team" {
 		t.Errorf("admin route with a live-ops key = %d %q; want 200 ops-team", r.status, r.body)
@@ -320,4 +320,8 @@ func TestAdminGroupAndPublicMount(t *testing.T) {
 			t.Errorf("GET %s = %d %q; want the public handler", p, r.status, r.body)
 		}
 	}
+	// Paths below the mount stay with their owners: a wrong method on an
+	// admin route is 405, an unknown one 404, never the public page.
+	assertError(t, e.do("GET", "/admin/v1/whoami", ops, nil), http.StatusMethodNotAllowed, "method_not_allowed")
+	assertError(t, e.do("GET", "/admin/v1/nothing", ops, nil), http.StatusNotFound, "not_found")
 }

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"runtime/debug"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -246,22 +245,45 @@ func (s *Server) routes() *echo.Echo {
 		return nil
 	})
 
-	v1 := e.Group("/v1", s.authenticate)
+	// Middleware goes on each route, not on the groups: echo gives a group
+	// with middleware catch-all routes that answer 404 where 405 is right.
+	v1 := routes{g: e.Group("/v1"), m: []echo.MiddlewareFunc{s.authenticate}}
 	v1.POST("/sessions", s.createSessionHandler)
 	v1.POST("/sessions/:id/messages", s.messageHandler)
 	v1.POST("/sessions/:id/end", s.endSessionHandler)
 	v1.GET("/sessions/:id", s.getSessionHandler)
 	v1.POST("/chat/completions", s.chatCompletionsHandler)
 
-	admin := e.Group("/admin/v1", s.authenticate, requireRole(RoleLiveOps, RoleAdmin))
-	admin.GET("/status", s.statusHandler)
+	s.adminRoutes(e).GET("/status", s.statusHandler)
 	return e
 }
 
-// Admin is the route group of the admin API (/admin/v1, live-ops and admin
-// keys only), for the rollout endpoints to join.
-func (s *Server) Admin() *echo.Group {
-	return s.echo.Group("/admin/v1", s.authenticate, requireRole(RoleLiveOps, RoleAdmin))
+// Admin is where the admin API adds its routes (/admin/v1): each route it
+// adds admits live-ops and admin keys only.
+func (s *Server) Admin() Routes { return s.adminRoutes(s.echo) }
+
+func (s *Server) adminRoutes(e *echo.Echo) routes {
+	return routes{g: e.Group("/admin/v1"), m: []echo.MiddlewareFunc{s.authenticate, requireRole(RoleLiveOps, RoleAdmin)}}
+}
+
+// Routes adds GET and POST routes under a prefix; *echo.Group implements it.
+type Routes interface {
+	GET(path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) *echo.Route
+	POST(path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) *echo.Route
+}
+
+// routes puts its middleware in front of every route it adds.
+type routes struct {
+	g *echo.Group
+	m []echo.MiddlewareFunc
+}
+
+func (r routes) GET(path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) *echo.Route {
+	return r.g.GET(path, h, append(r.m, m...)...)
+}
+
+func (r routes) POST(path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) *echo.Route {
+	return r.g.POST(path, h, append(r.m, m...)...)
 }
 
 // recover turns a panic in a handler into a 500 (logged with its stack).
@@ -280,12 +302,12 @@ func (s *Server) recover(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// MountPublic serves h, without authentication, for GET and HEAD at prefix
-// and every path below it (the admin dashboard's page and assets at /admin).
-func (s *Server) MountPublic(prefix string, h http.Handler) {
+// MountPublic serves h, without authentication, for GET and HEAD at exactly
+// the given paths (the admin dashboard's page and assets). Paths under them
+// stay with the routes that own them, such as the admin API under /admin/v1.
+func (s *Server) MountPublic(h http.Handler, paths ...string) {
 	wh := echo.WrapHandler(h)
-	prefix = strings.TrimSuffix(prefix, "/")
-	for _, p := range []string{prefix, prefix + "/*"} {
+	for _, p := range paths {
 		s.echo.GET(p, wh)
 		s.echo.HEAD(p, wh)
 	}

@@ -78,8 +78,8 @@ type CanaryRequest struct {
 
 // Validate checks the version and weight.
 func (r CanaryRequest) Validate() error {
-	if r.Version == "" {
-		return errors.New("version is required")
+	if !nameRE.MatchString(r.Version) {
+		return fmt.Errorf("version %q must match %s", r.Version, nameRE)
 	}
 	if r.Weight < 1 || r.Weight > 100 {
 		return fmt.Errorf("weight %d must be in [1, 100]", r.Weight)

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
@@ -130,9 +131,16 @@ func New(cfg Config, deps Deps) (*API, error) {
 	return a, nil
 }
 
-// Register adds the admin routes to g, which must already authenticate the
-// caller and admit only live-ops and admin keys.
-func (a *API) Register(g *echo.Group) {
+// Routes adds GET and POST routes under the API's path; *echo.Group and the
+// gateway's Admin() implement it.
+type Routes interface {
+	GET(path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) *echo.Route
+	POST(path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) *echo.Route
+}
+
+// Register adds the admin routes to g, which must authenticate the caller
+// and admit only live-ops and admin keys.
+func (a *API) Register(g Routes) {
 	g.GET("/rollout", a.getRollout)
 	g.POST("/rollout/canary", a.canary)
 	g.POST("/rollout/promote", a.change(rollout.ActionPromote))
@@ -243,6 +251,12 @@ func (a *API) canary(c echo.Context) error {
 	}
 	if err := req.Validate(); err != nil {
 		return badRequest(err)
+	}
+	// Only a published version may become a canary: a typo would otherwise
+	// reach the rollout state and, once promoted, leave new gateways with
+	// nothing they can load.
+	if _, err := a.registry.Manifest(c.Request().Context(), a.model(c), req.Version); err != nil {
+		return registryError(err)
 	}
 	return a.apply(c, rollout.Request{
 		Action: rollout.ActionCanary, Version: req.Version, Weight: req.Weight, Generation: req.Generation,
@@ -406,10 +420,16 @@ func bindJSON(c echo.Context, v any, required bool) error {
 		}
 		return nil
 	}
+	if !utf8.Valid(body) {
+		return badRequest(errors.New("body is not valid UTF-8"))
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return badRequest(fmt.Errorf("body is not the expected JSON: %w", err))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return badRequest(errors.New("body has data after the JSON value"))
 	}
 	return nil
 }

@@ -21,6 +21,17 @@ var dashboardAssets = map[string]string{
 	"style.css": "text/css; charset=utf-8",
 }
 
+// DashboardPaths are the paths the dashboard answers when mounted at prefix
+// (such as "/admin"): the page and its assets.
+func DashboardPaths(prefix string) []string {
+	prefix = strings.TrimSuffix(prefix, "/")
+	paths := []string{prefix, prefix + "/"}
+	for name := range dashboardAssets {
+		paths = append(paths, prefix+"/"+name)
+	}
+	return paths
+}
+
 // dashboardCSP lets the page load only its own files and call only its own
 // origin; the charts are SVG elements built by app.js.
 const dashboardCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +

@@ -136,7 +136,7 @@ func Run(ctx context.Context, cfg Config, tel *telemetry.Telemetry) error {
 		return errors.Join(err, events.Close(), pool.Close())
 	}
 	api.Register(srv.Admin())
-	srv.MountPublic("/admin", api.DashboardHandler())
+	srv.MountPublic(api.DashboardHandler(), admin.DashboardPaths("/admin")...)
 
 	bg, stopBG := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

@@ -7,10 +7,6 @@
 // player kinds and logs its verdict to Kafka, that rate limits hold under
 // a burst, and that the process keeps serving after every case.
 //
-// The tests carry the build tag "security", so that the default test run
-// leaves them out while cases for known gateway bugs still fail:
-//
-//	go test -tags security ./internal/securitytest/
-//
-// Each case logs its method, path, status and error code under -v.
+// The suite takes a few seconds and runs with the default `make test`;
+// `make test-security` runs it alone, verbosely. Each case logs its method, path, status and error code under -v.
 package securitytest
