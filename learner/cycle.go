@@ -1,0 +1,619 @@
+package learner
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/parleyhq/parley/inference"
+	"github.com/parleyhq/parley/inference/registry"
+	"github.com/parleyhq/parley/learner/rl"
+	"github.com/parleyhq/parley/schema"
+	"github.com/parleyhq/parley/simulator"
+)
+
+// CurvesFile is the training-curves file a cycle adds to the version it
+// publishes (the format the dashboard's admin.LocalCurves reads).
+const CurvesFile = "curves.json"
+
+// CycleConfig configures the periodic AT-GRPO cycle (DESIGN.md §1, §7):
+// every EverySessions new ended sessions, or every Every once MinSessions
+// arrived, it trains the serving policy for RL.Steps steps against the
+// newest user agent and publishes the result as a candidate version.
+type CycleConfig struct {
+	EverySessions int           `json:"every_sessions"`
+	Every         time.Duration `json:"every"`
+	MinSessions   int           `json:"min_sessions"`
+	// Poll is how often the loop checks whether a cycle is due.
+	Poll time.Duration `json:"poll"`
+	// Model is the dialogue agent's registry name; UserAgentModel the user
+	// agent's.
+	Model          string `json:"model"`
+	UserAgentModel string `json:"user_agent_model"`
+	// Serving returns the version of Model that serves now (the rollout's
+	// stable version); nil means the newest version in the registry.
+	Serving func(ctx context.Context) (string, error) `json:"-"`
+	// RL is the AT-GRPO run; its Steps is K, the steps of one cycle.
+	RL     rl.Config       `json:"rl"`
+	Policy rl.PolicyConfig `json:"policy"`
+	// UserAgent is the user agent's prompt layout; keep it as trained.
+	UserAgent simulator.UserAgentConfig `json:"user_agent"`
+	// Players is the ground-truth population the candidate and its parent
+	// are evaluated on (its held-out personas), seeded with PlayersSeed;
+	// Players.Size 0 leaves that evaluation out (a studio has no
+	// ground-truth players; the dev stack's bots are one).
+	Players     simulator.PopulationConfig `json:"players"`
+	PlayersSeed uint64                     `json:"players_seed"`
+	// HeldOutShare of the stored players (by a seeded hash of their id,
+	// as in SFT) are the held-out simulated players of the user-agent
+	// evaluation; the rest give the training prompts.
+	HeldOutShare float64 `json:"held_out_share"`
+	Seed         uint64  `json:"seed"`
+	// MaxDialogues bounds the newest stored dialogues one cycle reads.
+	MaxDialogues int `json:"max_dialogues"`
+	// MaxTurns is L of the termination statistics shown in demos.
+	MaxTurns int `json:"max_turns"`
+	// EvalPrompts dialogues of up to EvalDepth exchanges are played per
+	// evaluation; the curves use CurvePrompts of them every CurveEvery steps.
+	EvalPrompts  int `json:"eval_prompts"`
+	EvalDepth    int `json:"eval_depth"`
+	CurvePrompts int `json:"curve_prompts"`
+	CurveEvery   int `json:"curve_every"`
+	// DefaultCard is the NPC's system prompt.
+	DefaultCard string                  `json:"default_card"`
+	Backend     inference.BackendConfig `json:"backend"`
+}
+
+// DefaultCycleConfig runs a small AT-GRPO cycle (W=4, w=2, γ=2, L=4, four
+// trees per step, 10 steps, lr 2e-4: the experiment's small profile) every
+// 200 new sessions or 6 hours, fitting 2 CPU cores.
+func DefaultCycleConfig() CycleConfig {
+	c := rl.DefaultConfig()
+	c.Tree.W, c.Tree.Width, c.Tree.Depth = 4, 2, 4
+	c.Batch, c.Workers, c.Steps = 4, 4, 10
+	c.Update.Train.LearningRate = 2e-4
+	c.Update.MiniBatch = 32
+	pc := rl.DefaultPolicyConfig()
+	pc.Sampling.MaxTokens = 24
+	ua := simulator.DefaultUserAgentConfig()
+	ua.Sampling.MaxTokens = 16
+	pop := simulator.DefaultPopulationConfig()
+	pop.Size = 0
+	return CycleConfig{
+		EverySessions: 200, Every: 6 * time.Hour, MinSessions: 20, Poll: 10 * time.Second,
+		Model: "npc", UserAgentModel: "user-agent", RL: c, Policy: pc, UserAgent: ua, Players: pop, PlayersSeed: 1,
+		HeldOutShare: 0.2, Seed: 1, MaxDialogues: 2000, MaxTurns: 10,
+		EvalPrompts: 24, EvalDepth: 6, CurvePrompts: 8, CurveEvery: 2,
+		DefaultCard: DefaultNPCCard, Backend: inference.DefaultBackendConfig(),
+	}
+}
+
+// Validate reports the first bad field.
+func (c CycleConfig) Validate() error {
+	switch {
+	case c.EverySessions < 0 || c.Every < 0 || c.MinSessions < 0:
+		return fmt.Errorf("cycle config: every %d sessions, every %v, min %d must not be negative", c.EverySessions, c.Every, c.MinSessions)
+	case c.EverySessions == 0 && c.Every == 0:
+		return errors.New("cycle config: set every_sessions or every")
+	case c.Poll <= 0:
+		return fmt.Errorf("cycle config: poll %v must be positive", c.Poll)
+	case c.Model == "" || c.UserAgentModel == "":
+		return errors.New("cycle config: model and user_agent_model are required")
+	case c.RL.Algorithm != rl.ATGRPO:
+		return fmt.Errorf("cycle config: the cycle runs %q, not %q", rl.ATGRPO, c.RL.Algorithm)
+	case c.HeldOutShare <= 0 || c.HeldOutShare >= 1:
+		return fmt.Errorf("cycle config: held-out share %g must be in (0, 1)", c.HeldOutShare)
+	case c.MaxDialogues < 1 || c.MaxTurns < 1:
+		return fmt.Errorf("cycle config: max dialogues %d and max turns %d must be positive", c.MaxDialogues, c.MaxTurns)
+	case c.EvalPrompts < 1 || c.EvalDepth < 1 || c.CurvePrompts < 1 || c.CurveEvery < 1:
+		return fmt.Errorf("cycle config: evaluation sizes %d, %d, %d, %d must be positive", c.EvalPrompts, c.EvalDepth, c.CurvePrompts, c.CurveEvery)
+	}
+	if err := c.RL.Validate(); err != nil {
+		return fmt.Errorf("cycle config: %w", err)
+	}
+	if err := c.Policy.Validate(); err != nil {
+		return fmt.Errorf("cycle config: %w", err)
+	}
+	if err := c.UserAgent.Validate(); err != nil {
+		return fmt.Errorf("cycle config: %w", err)
+	}
+	if c.Players.Size > 0 {
+		if err := c.Players.Validate(); err != nil {
+			return fmt.Errorf("cycle config: %w", err)
+		}
+	}
+	return c.Backend.Validate()
+}
+
+// CycleResult is what one cycle did.
+type CycleResult struct {
+	// Version is the published candidate, Parent the serving version it
+	// started from, UserAgent the user-agent version it trained against.
+	Version   string `json:"version"`
+	Parent    string `json:"parent"`
+	UserAgent string `json:"user_agent"`
+	// Candidate and ParentEval are the evaluations on the held-out players:
+	// UA… with the user agent (α = 1), GT… with the ground-truth personas
+	// (zero without a population).
+	Candidate  CycleEval `json:"candidate"`
+	ParentEval CycleEval `json:"parent_eval"`
+	Steps      []rl.StepStats
+	Curves     Curves  `json:"curves"`
+	Seconds    float64 `json:"seconds"`
+}
+
+// CycleEval is Avg.L and Avg.r of one policy with both environments.
+type CycleEval struct {
+	UAAvgL float64 `json:"ua_avg_l"`
+	UAAvgR float64 `json:"ua_avg_r"`
+	GTAvgL float64 `json:"gt_avg_l"`
+	GTAvgR float64 `json:"gt_avg_r"`
+}
+
+// Curves are a version's training curves, in the JSON of the dashboard's
+// curves.json: one series per quantity over a common x axis.
+type Curves struct {
+	Model   string        `json:"model"`
+	Version string        `json:"version"`
+	X       string        `json:"x"`
+	Series  []CurveSeries `json:"series"`
+}
+
+// CurveSeries is one curve of Curves.
+type CurveSeries struct {
+	Name   string    `json:"name"`
+	Points []CurveXY `json:"points"`
+}
+
+// CurveXY is one point of a CurveSeries.
+type CurveXY struct {
+	X float64 `json:"x"`
+	Y float64 `json:"y"`
+}
+
+// cycleState is what the cycle loop remembers across restarts
+// (DataDir/cycle.json).
+type cycleState struct {
+	// TrainedUpTo is the store length at the start of the last finished
+	// cycle.
+	TrainedUpTo int       `json:"trained_up_to"`
+	Cycles      int       `json:"cycles"`
+	LastAt      time.Time `json:"last_at"`
+	LastVersion string    `json:"last_version,omitempty"`
+}
+
+// Cycle runs periodic AT-GRPO cycles on a learner's session store.
+type Cycle struct {
+	cfg      CycleConfig
+	store    *Store
+	registry string
+	dataDir  string
+	logger   *slog.Logger
+	now      func() time.Time
+
+	mu    sync.Mutex
+	state cycleState
+}
+
+// NewCycle prepares cycles on store that publish to the registry at
+// registryRoot, keeping their state and scratch files in dataDir.
+func NewCycle(cfg CycleConfig, store *Store, registryRoot, dataDir string, logger *slog.Logger) (*Cycle, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if store == nil || registryRoot == "" || dataDir == "" {
+		return nil, errors.New("new cycle: a store, a registry and a data dir are required")
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	c := &Cycle{cfg: cfg, store: store, registry: registryRoot, dataDir: dataDir, logger: logger, now: time.Now}
+	raw, err := os.ReadFile(c.statePath())
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		c.state.LastAt = c.now()
+	case err != nil:
+		return nil, fmt.Errorf("new cycle: %w", err)
+	default:
+		if err := json.Unmarshal(raw, &c.state); err != nil {
+			return nil, fmt.Errorf("new cycle: read %q: %w", c.statePath(), err)
+		}
+	}
+	return c, nil
+}
+
+func (c *Cycle) statePath() string { return filepath.Join(c.dataDir, "cycle.json") }
+
+func (c *Cycle) save() error {
+	raw, err := json.MarshalIndent(c.state, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(c.dataDir, 0o755); err != nil {
+		return fmt.Errorf("write cycle state: %w", err)
+	}
+	tmp := c.statePath() + ".tmp"
+	if err := writeFileSync(tmp, raw); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, c.statePath()); err != nil {
+		return fmt.Errorf("write cycle state: %w", err)
+	}
+	return syncDir(c.dataDir)
+}
+
+// due reports whether a cycle should run now.
+func (c *Cycle) due() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.store.Len() - c.state.TrainedUpTo
+	if c.cfg.EverySessions > 0 && n >= c.cfg.EverySessions {
+		return true
+	}
+	return c.cfg.Every > 0 && n >= max(1, c.cfg.MinSessions) && c.now().Sub(c.state.LastAt) >= c.cfg.Every
+}
+
+// Run checks every Poll whether a cycle is due and runs it until ctx is
+// done. A failed cycle is logged and retried at the next due time.
+func (c *Cycle) Run(ctx context.Context) error {
+	t := time.NewTicker(c.cfg.Poll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if !c.due() {
+			continue
+		}
+		if _, err := c.RunOnce(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			c.logger.Error("at-grpo cycle failed", "err", err)
+			c.mu.Lock()
+			c.state.LastAt = c.now()
+			c.mu.Unlock()
+		}
+	}
+}
+
+// RunOnce runs one cycle now on the stored sessions. It returns nil and no
+// error when the store has too few players for training and held-out
+// prompts. A cycle stopped midway publishes nothing.
+func (c *Cycle) RunOnce(ctx context.Context) (*CycleResult, error) {
+	start := time.Now()
+	upTo := c.store.Len()
+	ds := c.store.Range(max(0, upTo-c.cfg.MaxDialogues), upTo)
+	pool, held := c.prompts(ds)
+	if len(pool) == 0 || len(held) == 0 {
+		c.logger.Info("at-grpo cycle postponed: too few players", "dialogues", len(ds), "train_prompts", len(pool), "held_out_prompts", len(held))
+		c.mu.Lock()
+		c.state.LastAt = c.now()
+		c.mu.Unlock()
+		return nil, nil
+	}
+	reg, err := registry.NewLocal(c.registry)
+	if err != nil {
+		return nil, fmt.Errorf("at-grpo cycle: %w", err)
+	}
+	parent, err := c.serving(ctx, reg)
+	if err != nil {
+		return nil, err
+	}
+	uaVersion, err := currentVersion(ctx, c.registry, c.cfg.UserAgentModel)
+	if err != nil {
+		return nil, fmt.Errorf("at-grpo cycle: %w", err)
+	}
+	if uaVersion == "" {
+		return nil, fmt.Errorf("at-grpo cycle: no version of %q: %w", c.cfg.UserAgentModel, registry.ErrNotFound)
+	}
+	res := &CycleResult{Parent: parent, UserAgent: uaVersion}
+	c.logger.Info("at-grpo cycle", "parent", parent, "user_agent", uaVersion, "steps", c.cfg.RL.Steps,
+		"train_prompts", len(pool), "held_out_prompts", len(held))
+
+	model, tok, _, err := inference.LoadCheckpoint(reg.Dir(c.cfg.Model, parent), c.cfg.Backend)
+	if err != nil {
+		return nil, fmt.Errorf("at-grpo cycle: %w", err)
+	}
+	uaModel, uaTok, _, err := inference.LoadCheckpoint(reg.Dir(c.cfg.UserAgentModel, uaVersion), c.cfg.Backend)
+	if err != nil {
+		return nil, fmt.Errorf("at-grpo cycle: %w", err)
+	}
+	eng, stopEng, err := cycleEngine(ctx, model, tok, c.logger)
+	if err != nil {
+		return nil, fmt.Errorf("at-grpo cycle: %w", err)
+	}
+	defer stopEng()
+	uaEng, stopUA, err := cycleEngine(ctx, uaModel, uaTok, c.logger)
+	if err != nil {
+		return nil, fmt.Errorf("at-grpo cycle: %w", err)
+	}
+	defer stopUA()
+	ua, err := simulator.NewUserAgent(uaEng, c.cfg.UserAgent)
+	if err != nil {
+		return nil, fmt.Errorf("at-grpo cycle: %w", err)
+	}
+	maxSeq := model.Config().MaxSeq
+	pol, err := rl.NewModelPolicy(eng, tok, maxSeq, c.cfg.Policy)
+	if err != nil {
+		return nil, fmt.Errorf("at-grpo cycle: %w", err)
+	}
+	up, err := rl.NewUpdater(model, c.cfg.RL.Update)
+	if err != nil {
+		return nil, fmt.Errorf("at-grpo cycle: %w", err)
+	}
+	var gtEnv *rl.PlayerEnv
+	var gtPrompts []rl.Prompt
+	if c.cfg.Players.Size > 0 {
+		pop, err := simulator.NewPopulation(c.cfg.Players, c.cfg.PlayersSeed)
+		if err != nil {
+			return nil, fmt.Errorf("at-grpo cycle: %w", err)
+		}
+		gtEnv, gtPrompts = rl.NewPlayerEnv(pop), c.groundTruthPrompts(pop)
+	}
+	held = held[:min(len(held), c.cfg.EvalPrompts)]
+	curve := held[:min(len(held), c.cfg.CurvePrompts)]
+	// Every evaluation samples with the same seeds, so the parent's and the
+	// candidate's differ only by their weights.
+	evaluate := func(env rl.Environment, prompts []rl.Prompt) (rl.EvalResult, error) {
+		pc := c.cfg.Policy
+		pc.Seed = c.cfg.Seed*31337 + 5
+		ep, err := rl.NewModelPolicy(eng, tok, maxSeq, pc)
+		if err != nil {
+			return rl.EvalResult{}, err
+		}
+		if env == nil {
+			env = rl.NewUserAgentEnv(ua, c.cfg.Seed*7727+3)
+		}
+		return rl.Evaluate(ctx, ep, env, prompts, c.cfg.EvalDepth, 0)
+	}
+	both := func() (CycleEval, error) {
+		var e CycleEval
+		r, err := evaluate(nil, held)
+		if err != nil {
+			return e, err
+		}
+		e.UAAvgL, e.UAAvgR = r.AvgL, r.AvgR
+		if gtEnv != nil {
+			r, err := evaluate(gtEnv, gtPrompts)
+			if err != nil {
+				return e, err
+			}
+			e.GTAvgL, e.GTAvgR = r.AvgL, r.AvgR
+		}
+		return e, nil
+	}
+	avgR := CurveSeries{Name: "avg_r"}
+	avgL := CurveSeries{Name: "avg_l"}
+	point := func(step int) error {
+		r, err := evaluate(nil, curve)
+		if err != nil {
+			return err
+		}
+		avgR.Points = append(avgR.Points, CurveXY{X: float64(step), Y: r.AvgR})
+		avgL.Points = append(avgL.Points, CurveXY{X: float64(step), Y: r.AvgL})
+		return nil
+	}
+	if res.ParentEval, err = both(); err != nil {
+		return nil, fmt.Errorf("at-grpo cycle: evaluate parent: %w", err)
+	}
+	if err := point(0); err != nil {
+		return nil, fmt.Errorf("at-grpo cycle: %w", err)
+	}
+	cfg := c.cfg.RL
+	c.mu.Lock()
+	cfg.Seed = c.cfg.Seed + uint64(c.state.Cycles)
+	c.mu.Unlock()
+	tr, err := rl.NewTrainer(cfg, pol, rl.NewUserAgentEnv(ua, cfg.Seed*104729), up, c.logger)
+	if err != nil {
+		return nil, fmt.Errorf("at-grpo cycle: %w", err)
+	}
+	for step := range cfg.Steps {
+		st, _, err := tr.Step(ctx, pool)
+		if err != nil {
+			return nil, fmt.Errorf("at-grpo cycle: %w", err)
+		}
+		res.Steps = append(res.Steps, st)
+		if (step+1)%c.cfg.CurveEvery == 0 || step+1 == cfg.Steps {
+			if err := point(step + 1); err != nil {
+				return nil, fmt.Errorf("at-grpo cycle: %w", err)
+			}
+		}
+	}
+	if res.Candidate, err = both(); err != nil {
+		return nil, fmt.Errorf("at-grpo cycle: evaluate candidate: %w", err)
+	}
+	res.Curves = Curves{Model: c.cfg.Model, X: "step", Series: []CurveSeries{avgR, avgL}}
+	if err := c.publish(ctx, reg, res, model, tok, ds); err != nil {
+		return nil, err
+	}
+	res.Seconds = time.Since(start).Seconds()
+	c.mu.Lock()
+	c.state.TrainedUpTo, c.state.LastAt, c.state.LastVersion = upTo, c.now(), res.Version
+	c.state.Cycles++
+	err = c.save()
+	c.mu.Unlock()
+	c.logger.Info("at-grpo cycle published a candidate", "version", res.Version, "parent", parent, "user_agent", uaVersion,
+		"ua_avg_l", res.Candidate.UAAvgL, "ua_avg_l_parent", res.ParentEval.UAAvgL,
+		"ua_avg_r", res.Candidate.UAAvgR, "ua_avg_r_parent", res.ParentEval.UAAvgR,
+		"gt_avg_l", res.Candidate.GTAvgL, "gt_avg_l_parent", res.ParentEval.GTAvgL,
+		"gt_avg_r", res.Candidate.GTAvgR, "gt_avg_r_parent", res.ParentEval.GTAvgR, "seconds", res.Seconds)
+	if err != nil {
+		return res, fmt.Errorf("at-grpo cycle: %w", err)
+	}
+	return res, nil
+}
+
+// serving is the version the cycle starts from.
+func (c *Cycle) serving(ctx context.Context, reg *registry.Local) (string, error) {
+	if c.cfg.Serving != nil {
+		v, err := c.cfg.Serving(ctx)
+		if err != nil {
+			return "", fmt.Errorf("at-grpo cycle: serving version: %w", err)
+		}
+		return v, nil
+	}
+	v, err := currentVersion(ctx, reg.Root(), c.cfg.Model)
+	if err != nil {
+		return "", fmt.Errorf("at-grpo cycle: %w", err)
+	}
+	if v == "" {
+		return "", fmt.Errorf("at-grpo cycle: no version of %q: %w", c.cfg.Model, registry.ErrNotFound)
+	}
+	return v, nil
+}
+
+// prompts turns stored dialogues into the training pool (players outside
+// the held-out share) and the held-out prompts: each dialogue's opening,
+// with two other dialogues of its player as style demonstrations.
+func (c *Cycle) prompts(ds []simulator.Dialogue) (pool, held []rl.Prompt) {
+	var usable []simulator.Dialogue
+	for _, d := range ds {
+		if len(d.Exchanges) > 0 && d.Exchanges[0].User != "" {
+			usable = append(usable, d)
+		}
+	}
+	risks := trainingRisks(usable, c.cfg.MaxTurns)
+	players := byPlayer(usable)
+	for i, d := range usable {
+		p := rl.Prompt{ID: d.SessionID, PlayerID: d.PlayerID, System: c.cfg.DefaultCard,
+			Opening: d.Exchanges[0].User, Seed: c.cfg.Seed*1_000_003 + uint64(i)}
+		for _, o := range players[d.PlayerID] {
+			if o.SessionID == d.SessionID {
+				continue
+			}
+			p.Demos = append(p.Demos, simulator.PromptDialogueOf(o, risks))
+			if len(p.Demos) == 2 {
+				break
+			}
+		}
+		if heldOutPlayer(d.PlayerID, c.cfg.HeldOutShare, c.cfg.Seed) {
+			held = append(held, p)
+		} else {
+			pool = append(pool, p)
+		}
+	}
+	return pool, held
+}
+
+// groundTruthPrompts opens EvalPrompts fresh conversations of the
+// population's held-out personas (all personas when none is held out).
+func (c *Cycle) groundTruthPrompts(pop *simulator.Population) []rl.Prompt {
+	var ps []*simulator.Persona
+	for _, p := range pop.Players() {
+		if p.HeldOut {
+			ps = append(ps, p)
+		}
+	}
+	if len(ps) == 0 {
+		ps = pop.Players()
+	}
+	out := make([]rl.Prompt, 0, c.cfg.EvalPrompts)
+	for i := range c.cfg.EvalPrompts {
+		out = append(out, rl.PlayerPrompt(ps[i%len(ps)], 9_000_000+uint64(i), c.cfg.DefaultCard))
+	}
+	return out
+}
+
+// publish saves the trained model with its manifest and curves and puts
+// it into the registry as the next version, atomically.
+func (c *Cycle) publish(ctx context.Context, reg *registry.Local, res *CycleResult, m *inference.Model, tok *inference.Tokenizer, ds []simulator.Dialogue) error {
+	version, err := nextVersion(ctx, reg, c.cfg.Model)
+	if err != nil {
+		return fmt.Errorf("at-grpo cycle: %w", err)
+	}
+	res.Version, res.Curves.Version = version, version
+	rc := c.cfg.RL
+	man := schema.Manifest{Model: c.cfg.Model, Version: version, Parent: res.Parent, Algorithm: string(rl.ATGRPO)}
+	man.Hyperparameters = map[string]any{
+		"steps": rc.Steps, "batch": rc.Batch, "w_group": rc.Tree.W, "width": rc.Tree.Width, "gamma": rc.Tree.Gamma,
+		"omega": rc.Tree.Omega, "depth": rc.Tree.Depth, "beta": rc.Update.Beta, "epsilon": rc.Update.Epsilon,
+		"lambda": rc.Lambda, "learning_rate": rc.Update.Train.LearningRate, "user_agent": res.UserAgent,
+		"seed": rc.Seed,
+	}
+	man.DataWindow = dataWindow(ds)
+	cand, par := res.Candidate, res.ParentEval
+	man.Metrics = map[string]float64{
+		"ua_avg_l": cand.UAAvgL, "ua_avg_r": cand.UAAvgR, "parent_ua_avg_l": par.UAAvgL, "parent_ua_avg_r": par.UAAvgR,
+	}
+	if c.cfg.Players.Size > 0 {
+		man.Metrics["avg_l"], man.Metrics["avg_r"] = cand.GTAvgL, cand.GTAvgR
+		man.Metrics["parent_avg_l"], man.Metrics["parent_avg_r"] = par.GTAvgL, par.GTAvgR
+	}
+	scratch := filepath.Join(c.dataDir, "runs")
+	if err := os.MkdirAll(scratch, 0o755); err != nil {
+		return fmt.Errorf("at-grpo cycle: %w", err)
+	}
+	tmp, err := os.MkdirTemp(scratch, "cycle-")
+	if err != nil {
+		return fmt.Errorf("at-grpo cycle: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	dir := filepath.Join(tmp, version)
+	if err := inference.SaveCheckpoint(dir, m, tok, man); err != nil {
+		return fmt.Errorf("at-grpo cycle: %w", err)
+	}
+	if err := addCurves(dir, res.Curves); err != nil {
+		return fmt.Errorf("at-grpo cycle: %w", err)
+	}
+	if _, err := reg.Publish(ctx, c.cfg.Model, version, dir); err != nil {
+		return fmt.Errorf("at-grpo cycle: %w", err)
+	}
+	return nil
+}
+
+// addCurves writes curves.json into a saved checkpoint and lists it, with
+// its sha256, in the checkpoint's manifest.
+func addCurves(dir string, cv Curves) error {
+	raw, err := json.MarshalIndent(cv, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := writeFileSync(filepath.Join(dir, CurvesFile), raw); err != nil {
+		return err
+	}
+	mpath := filepath.Join(dir, inference.ManifestFile)
+	mraw, err := os.ReadFile(mpath)
+	if err != nil {
+		return fmt.Errorf("add curves: %w", err)
+	}
+	var man schema.Manifest
+	if err := json.Unmarshal(mraw, &man); err != nil {
+		return fmt.Errorf("add curves: %w", err)
+	}
+	sum := sha256.Sum256(raw)
+	man.Files[CurvesFile] = hex.EncodeToString(sum[:])
+	out, err := json.MarshalIndent(man, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFileSync(mpath, append(out, '\n'))
+}
+
+// cycleEngine serves m with room for whole tree levels of several trees.
+func cycleEngine(ctx context.Context, m *inference.Model, tok *inference.Tokenizer, logger *slog.Logger) (*inference.Engine, func(), error) {
+	cfg := inference.DefaultEngineConfig()
+	cfg.MaxBatch, cfg.QueueSize = 64, 4096
+	eng, err := inference.NewEngine(m, tok, cfg, logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = eng.Run(rctx) })
+	return eng, func() {
+		cancel()
+		_ = eng.Close()
+		wg.Wait()
+	}, nil
+}

@@ -1,0 +1,202 @@
+package learner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/parleyhq/parley/inference/registry"
+	"github.com/parleyhq/parley/simulator"
+)
+
+// tinyCycleConfig is a cycle small enough for the default test run: two
+// AT-GRPO steps of two trees (W=3, w=2, L=3) on the tiny models.
+func tinyCycleConfig() CycleConfig {
+	c := DefaultCycleConfig()
+	c.EverySessions, c.Every, c.Poll = 1, 0, 10*time.Millisecond
+	c.RL.Tree.W, c.RL.Tree.Width, c.RL.Tree.Depth = 3, 2, 3
+	c.RL.Batch, c.RL.Workers, c.RL.Steps = 2, 2, 2
+	c.Policy.Sampling.MaxTokens = 8
+	c.UserAgent.Sampling.MaxTokens = 6
+	c.HeldOutShare, c.MaxTurns = 0.25, 4
+	c.EvalPrompts, c.EvalDepth, c.CurvePrompts, c.CurveEvery = 4, 3, 2, 1
+	return c
+}
+
+// cycleFixture trains and publishes tiny v1 dialogue and user agents on a
+// generated corpus and stores the corpus as the learner's sessions.
+func cycleFixture(t *testing.T) (cfg CycleConfig, store *Store, root string) {
+	t.Helper()
+	ctx := context.Background()
+	const players, corpusSeed = 12, 5
+	ds := generatedCorpus(t, players, 4, 4, corpusSeed)
+	root = filepath.Join(t.TempDir(), "registry")
+	for _, role := range []Role{RoleNPC, RoleUser} {
+		sft := tinySFTConfig(t, role)
+		sft.Registry, sft.Version = root, "v1"
+		res, err := TrainSFT(ctx, sft, ds, nil)
+		if err != nil || !res.Published {
+			t.Fatalf("train %s v1: published %v, %v", role, res != nil && res.Published, err)
+		}
+	}
+	store, err := OpenStore(filepath.Join(t.TempDir(), "sessions"), 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	if _, err := store.Append(ds); err != nil {
+		t.Fatal(err)
+	}
+	cfg = tinyCycleConfig()
+	cfg.Players = simulator.DefaultCorpusConfig().Population
+	cfg.Players.Size, cfg.PlayersSeed = players, corpusSeed
+	return cfg, store, root
+}
+
+// cancelOn cancels when a log record with message msg is written: the
+// cycle is "killed" right after its first RL step.
+type cancelOn struct {
+	msg    string
+	cancel context.CancelFunc
+}
+
+func (h cancelOn) Enabled(context.Context, slog.Level) bool { return true }
+func (h cancelOn) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.cancel()
+	}
+	return nil
+}
+func (h cancelOn) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h cancelOn) WithGroup(string) slog.Handler      { return h }
+
+// TestCyclePublishesCandidateWithMetricsAndCurves runs one cycle killed
+// after its first step (nothing may be published), then a whole one: the
+// candidate must be v2 of npc, trained with at-grpo from v1 against the
+// user agent v1, with both evaluations of both policies in its manifest and
+// verified curves over every step.
+func TestCyclePublishesCandidateWithMetricsAndCurves(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains two models: skipped in -short")
+	}
+	cfg, store, root := cycleFixture(t)
+	dataDir := t.TempDir()
+
+	killed, cancel := context.WithCancel(context.Background())
+	c, err := NewCycle(cfg, store, root, dataDir, slog.New(cancelOn{msg: "rl step", cancel: cancel}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RunOnce(killed); !errors.Is(err, context.Canceled) {
+		t.Fatalf("killed cycle: err = %v; want context.Canceled", err)
+	}
+	if got := registryVersions(t, root, "npc"); !slices.Equal(got, []string{"v1"}) {
+		t.Fatalf("after a killed cycle npc versions = %v; want [v1]", got)
+	}
+
+	c, err = NewCycle(cfg, store, root, dataDir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.due() {
+		t.Fatalf("cycle not due with %d new sessions and every_sessions %d", store.Len(), cfg.EverySessions)
+	}
+	res, err := c.RunOnce(context.Background())
+	if err != nil {
+		t.Fatalf("RunOnce: %v", err)
+	}
+	if res.Version != "v2" || res.Parent != "v1" || res.UserAgent != "v1" {
+		t.Fatalf("cycle = version %q parent %q user agent %q; want v2 from v1 against v1", res.Version, res.Parent, res.UserAgent)
+	}
+	if c.due() {
+		t.Errorf("cycle still due right after one ran on every stored session")
+	}
+	reg, err := registry.NewLocal(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	man, err := reg.Verify(context.Background(), "npc", "v2")
+	if err != nil {
+		t.Fatalf("verify npc/v2: %v", err)
+	}
+	if man.Algorithm != "at-grpo" || man.Parent != "v1" {
+		t.Errorf("manifest algorithm %q parent %q; want at-grpo, v1", man.Algorithm, man.Parent)
+	}
+	for _, k := range []string{"avg_l", "avg_r", "parent_avg_l", "parent_avg_r", "ua_avg_l", "ua_avg_r", "parent_ua_avg_l", "parent_ua_avg_r"} {
+		if _, ok := man.Metrics[k]; !ok {
+			t.Errorf("manifest metrics lack %q: %v", k, man.Metrics)
+		}
+	}
+	if l := man.Metrics["avg_l"]; l < 1 || l > float64(cfg.EvalDepth) {
+		t.Errorf("avg_l = %g; want within [1, %d]", l, cfg.EvalDepth)
+	}
+	if _, ok := man.Files[CurvesFile]; !ok {
+		t.Fatalf("manifest files %v lack %s", man.Files, CurvesFile)
+	}
+	raw, err := os.ReadFile(filepath.Join(reg.Dir("npc", "v2"), CurvesFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cv Curves
+	if err := json.Unmarshal(raw, &cv); err != nil {
+		t.Fatal(err)
+	}
+	if cv.Model != "npc" || cv.Version != "v2" || cv.X != "step" || len(cv.Series) != 2 {
+		t.Fatalf("curves = %s/%s x %q with %d series; want npc/v2 over step with avg_r and avg_l", cv.Model, cv.Version, cv.X, len(cv.Series))
+	}
+	for _, s := range cv.Series {
+		var xs []float64
+		for _, p := range s.Points {
+			xs = append(xs, p.X)
+		}
+		if want := []float64{0, 1, 2}; !slices.Equal(xs, want) {
+			t.Errorf("series %s at steps %v; want %v", s.Name, xs, want)
+		}
+	}
+	t.Logf("candidate %+v, parent %+v", res.Candidate, res.ParentEval)
+}
+
+func TestCycleDue(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name                  string
+		everySessions, stored int
+		every                 time.Duration
+		minSessions           int
+		sinceLast             time.Duration
+		want                  bool
+	}{
+		{"enough sessions", 5, 5, 0, 0, 0, true},
+		{"too few sessions", 5, 4, 0, 0, 0, false},
+		{"time passed with enough sessions", 0, 3, time.Hour, 3, 2 * time.Hour, true},
+		{"time passed with too few sessions", 0, 2, time.Hour, 3, 2 * time.Hour, false},
+		{"time not passed", 0, 9, time.Hour, 3, 30 * time.Minute, false},
+	}
+	for _, tc := range tests {
+		store, err := OpenStore(t.TempDir(), 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := store.Append(testDialogues(tc.stored, 3)); err != nil {
+			t.Fatal(err)
+		}
+		cfg := DefaultCycleConfig()
+		cfg.EverySessions, cfg.Every, cfg.MinSessions = tc.everySessions, tc.every, tc.minSessions
+		c, err := NewCycle(cfg, store, t.TempDir(), t.TempDir(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.now = func() time.Time { return now }
+		c.state.LastAt = now.Add(-tc.sinceLast)
+		if got := c.due(); got != tc.want {
+			t.Errorf("%s: due = %v; want %v", tc.name, got, tc.want)
+		}
+		store.Close()
+	}
+}
