@@ -1,5 +1,6 @@
 // Package learnerd assembles one learner process: the learner (session
-// consumer, store and user-agent refresh) and, when Redis is configured, the
+// consumer, store and user-agent refresh), the periodic AT-GRPO cycle when
+// enabled, and, when Redis is configured, the
 // A/B watchdog that follows the session events and rolls a canary back on
 // a guardrail breach (or promotes it, when enabled). `parley learner` and
 // `parley dev` both run it.
@@ -9,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -26,11 +28,17 @@ type Config struct {
 	RedisAddr string
 	KeyPrefix string
 	Watchdog  abtest.WatchdogConfig
+	// Cycle configures the periodic AT-GRPO cycle, run when CycleEnabled.
+	// It starts from the rollout's stable version of Watchdog.Deployment
+	// when Redis is given, else from the registry's newest version.
+	Cycle        learner.CycleConfig
+	CycleEnabled bool
 }
 
 // DefaultConfig runs the learner with its defaults and no watchdog.
 func DefaultConfig() Config {
-	return Config{Learner: learner.DefaultConfig(), KeyPrefix: "parley:", Watchdog: abtest.DefaultWatchdogConfig()}
+	return Config{Learner: learner.DefaultConfig(), KeyPrefix: "parley:", Watchdog: abtest.DefaultWatchdogConfig(),
+		Cycle: learner.DefaultCycleConfig(), CycleEnabled: true}
 }
 
 // Validate reports the first field that is unusable, naming it.
@@ -38,13 +46,22 @@ func (c Config) Validate() error {
 	if err := c.Learner.Validate(); err != nil {
 		return err
 	}
+	if c.CycleEnabled {
+		if c.Learner.Registry == "" {
+			return errors.New("learner config: the at-grpo cycle needs a registry")
+		}
+		if err := c.Cycle.Validate(); err != nil {
+			return err
+		}
+	}
 	if c.RedisAddr != "" {
 		return c.Watchdog.Validate()
 	}
 	return nil
 }
 
-// Run runs the learner (and the watchdog) until ctx is done.
+// Run runs the learner (with the AT-GRPO cycle and the watchdog, when
+// configured) until ctx is done.
 func Run(ctx context.Context, cfg Config, tel *telemetry.Telemetry) error {
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -57,23 +74,46 @@ func Run(ctx context.Context, cfg Config, tel *telemetry.Telemetry) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errs := make([]error, 3)
+	errs := make([]error, 4)
 	wg.Go(func() {
 		if errs[0] = l.Run(ctx); errs[0] != nil {
 			cancel()
 		}
 	})
+	var rc *rollout.Client
 	if cfg.RedisAddr != "" {
 		rdb := redis.NewClient(&redis.Options{Addr: cfg.RedisAddr})
 		defer rdb.Close()
 		rcfg := rollout.DefaultConfig()
 		rcfg.Prefix = cfg.KeyPrefix
-		rc, err := rollout.New(rdb, rcfg, log)
+		if rc, err = rollout.New(rdb, rcfg, log); err != nil {
+			cancel()
+			wg.Wait()
+			return errors.Join(err, errs[0])
+		}
+	}
+	if cfg.CycleEnabled {
+		cc := cfg.Cycle
+		if rc != nil {
+			dep := cfg.Watchdog.Deployment
+			cc.Serving = func(ctx context.Context) (string, error) {
+				st, err := rc.Get(ctx, dep)
+				if err != nil {
+					return "", fmt.Errorf("rollout state of %s: %w", dep, err)
+				}
+				return st.Stable, nil
+			}
+		}
+		cycle, err := learner.NewCycle(cc, l.Store(), cfg.Learner.Registry,
+			filepath.Join(cfg.Learner.DataDir, "cycle"), log.With("part", "at-grpo cycle"))
 		if err != nil {
 			cancel()
 			wg.Wait()
 			return errors.Join(err, errs[0])
 		}
+		wg.Go(func() { errs[3] = cycle.Run(ctx) })
+	}
+	if rc != nil {
 		collector := abtest.NewCollector()
 		wd, err := abtest.NewWatchdog(cfg.Watchdog, rc, collector.Sessions, log.With("part", "watchdog"))
 		if err != nil {
