@@ -1,0 +1,360 @@
+//go:build loop
+
+package looptest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/parleyhq/parley/gateway"
+	"github.com/parleyhq/parley/gateway/rollout"
+	"github.com/parleyhq/parley/inference/registry"
+	"github.com/parleyhq/parley/internal/gatewayd"
+	"github.com/parleyhq/parley/internal/learnerd"
+	"github.com/parleyhq/parley/internal/telemetry"
+	"github.com/parleyhq/parley/internal/testenv"
+	"github.com/parleyhq/parley/learner"
+	"github.com/parleyhq/parley/learner/abtest"
+	"github.com/parleyhq/parley/schema"
+	"github.com/parleyhq/parley/simulator"
+)
+
+// Sizes of the loop: bots play a refresh window, then enough more sessions
+// for a cycle, then the A/B phase.
+const (
+	botPlayers       = 60
+	botSeed          = 1
+	botMaxTurns      = 6
+	refreshSessions  = 40
+	cycleSessions    = 70
+	abSessions       = 200
+	deployment       = "npc"
+	bootstrapPlayers = 40
+)
+
+// tinySFT is a model and run small enough for the loop on 2 cores.
+func tinySFT(role learner.Role, dataDir, registryRoot string, steps int) learner.SFTConfig {
+	c := learner.DefaultSFTConfig(role)
+	c.Arch.Dim, c.Arch.Layers, c.Arch.Heads, c.Arch.FFNDim, c.Arch.MaxSeq = 32, 2, 2, 64, 384
+	if role == learner.RoleNPC {
+		c.Arch.MaxSeq = 1024 // the gateway refuses a turn whose dialogue overflows the context
+	}
+	c.VocabSize = 400
+	c.DataDir, c.Registry = dataDir, registryRoot
+	c.Steps, c.BatchSize, c.CheckpointEvery = steps, 8, steps
+	c.Train.LearningRate = 3e-3
+	c.HeldOutShare, c.MaxTurns = 0.25, botMaxTurns
+	c.SkipEvalBefore = true
+	c.UserAgent.Sampling.MaxTokens = 8
+	c.Eval = learner.EvalConfig{MaxDialogues: 8, MaxReplies: 4, ReplyTokens: 8, MaxTurns: botMaxTurns, ScoreBatch: 8, Seed: 1}
+	return c
+}
+
+// bootstrap trains and publishes v1 of both agents on a generated corpus.
+func bootstrap(t *testing.T, ctx context.Context, dir, registryRoot string) {
+	t.Helper()
+	cc := simulator.DefaultCorpusConfig()
+	cc.Players, cc.DialoguesPerPlayer, cc.MaxTurns, cc.Seed, cc.IncludeHeldOut = bootstrapPlayers, 4, botMaxTurns, 99, true
+	var buf bytes.Buffer
+	if _, err := simulator.GenerateCorpus(ctx, cc, &buf); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := simulator.ReadCorpus(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, role := range []learner.Role{learner.RoleNPC, learner.RoleUser} {
+		c := tinySFT(role, filepath.Join(dir, "bootstrap"), registryRoot, 40)
+		c.Version = "v1"
+		res, err := learner.TrainSFT(ctx, c, ds, nil)
+		if err != nil || !res.Published {
+			t.Fatalf("bootstrap %s: published %v, %v", role, res != nil && res.Published, err)
+		}
+		t.Logf("bootstrap %s v1: loss %.3f, held-out ppl %.1f", role, res.Losses[len(res.Losses)-1], res.After.PPL)
+	}
+}
+
+// syncBuffer is a log sink the test greps while the processes write.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) lines(substr string) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	for _, l := range strings.Split(b.buf.String(), "\n") {
+		if strings.Contains(l, substr) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// waitFor polls cond every half second until it holds or d passes.
+func waitFor(t *testing.T, ctx context.Context, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			t.Fatalf("gave up after %v waiting for %s", d, what)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+func readJSON(path string, v any) bool {
+	raw, err := os.ReadFile(path)
+	return err == nil && json.Unmarshal(raw, v) == nil
+}
+
+func TestClosedLoop(t *testing.T) {
+	began := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+	defer cancel()
+	rds := testenv.StartRedis(t)
+	kfk := testenv.StartKafka(t)
+	topic := kfk.Topic("sessions")
+	dir := t.TempDir()
+	registryRoot := filepath.Join(dir, "registry")
+	bootstrap(t, ctx, dir, registryRoot)
+	t.Logf("bootstrap done after %.0fs", time.Since(began).Seconds())
+
+	logs := &syncBuffer{}
+	tcfg := telemetry.DefaultConfig()
+	tel, err := telemetry.New(ctx, tcfg, logs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if t.Failed() {
+			for _, l := range logs.lines("level=ERROR") {
+				t.Log(l)
+			}
+		}
+	}()
+
+	gw := gatewayd.DefaultConfig()
+	gw.RedisAddr, gw.Registry, gw.DataDir, gw.Instance = rds.Addr, registryRoot, filepath.Join(dir, "gateway"), "loop-gw"
+	gw.SessionLog.Brokers, gw.SessionLog.Topic, gw.SessionLog.AllowAutoTopicCreation = kfk.Addrs, topic, true
+	gw.Gateway.Addr = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	gw.Gateway.KeyPrefix, gw.Gateway.Deployment = rds.Prefix, deployment
+	gw.Gateway.Sampling.MaxTokens = 16
+	gw.Gateway.PlayerRate, gw.Gateway.ClientRate = 0, 0
+	gw.Rollout.PollInterval = 200 * time.Millisecond
+
+	bots := simulator.DefaultBotsConfig()
+	bots.Players, bots.Seed, bots.MaxTurns, bots.Concurrency = botPlayers, botSeed, botMaxTurns, 4
+
+	lc := learnerd.DefaultConfig()
+	lc.Learner.DataDir, lc.Learner.Registry = filepath.Join(dir, "learner"), registryRoot
+	lc.Learner.Consumer.Brokers, lc.Learner.Consumer.Topic = kfk.Addrs, topic
+	lc.Learner.Refresh.SFT = tinySFT(learner.RoleUser, "", "", 16)
+	lc.Learner.Refresh.EverySessions, lc.Learner.Refresh.Every, lc.Learner.Refresh.Poll = refreshSessions, 0, 300*time.Millisecond
+	lc.RedisAddr, lc.KeyPrefix, lc.Watchdog.Deployment = rds.Addr, rds.Prefix, deployment
+	// The watchdog judges the guardrails once each arm has a fair share of
+	// the A/B phase, then may roll back before the test decides.
+	lc.Watchdog.Interval = 5 * time.Second
+	lc.Watchdog.Guardrails.MinSessions = abSessions / 3
+	cy := &lc.Cycle
+	cy.EverySessions, cy.Every, cy.Poll = cycleSessions, 0, 300*time.Millisecond
+	cy.RL.Tree.W, cy.RL.Tree.Width, cy.RL.Tree.Depth = 3, 2, 3
+	cy.RL.Batch, cy.RL.Workers, cy.RL.Steps = 4, 4, 4
+	cy.Policy.Sampling.MaxTokens = 16
+	cy.UserAgent = lc.Learner.Refresh.SFT.UserAgent
+	cy.MaxTurns, cy.HeldOutShare = botMaxTurns, 0.25
+	cy.EvalPrompts, cy.EvalDepth, cy.CurvePrompts, cy.CurveEvery = 16, botMaxTurns, 8, 2
+	cy.Players, cy.PlayersSeed = bots.Population, botSeed
+	cy.Players.Size = botPlayers
+
+	procs, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	wg.Go(func() { errs[0] = gatewayd.Run(procs, gw, tel) })
+	wg.Go(func() { errs[1] = learnerd.Run(procs, lc, tel) })
+	defer func() {
+		stop()
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("process %d: %v", i, err)
+			}
+		}
+	}()
+
+	// The test's own A/B collector follows the topic from the start.
+	collector := abtest.NewCollector()
+	wg.Go(func() {
+		_ = abtest.Follow(procs, abtest.FollowConfig{Brokers: kfk.Addrs, Topic: topic}, collector, slog.New(slog.DiscardHandler))
+	})
+
+	base := "http://" + gw.Gateway.Addr
+	waitFor(t, ctx, 2*time.Minute, "the gateway to be ready", func() bool {
+		resp, err := http.Get(base + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	key, err := gateway.CreateKey(ctx, rds.Client, rds.Prefix, "loop-game", gateway.RolePlayerClient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bots.GatewayURL, bots.APIKey = base, key
+	play := func(phase string, n int) simulator.BotsSummary {
+		t.Helper()
+		b := bots
+		b.Sessions = n
+		sum, err := simulator.RunBots(ctx, b, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatalf("bots %s: %v", phase, err)
+		}
+		t.Logf("bots %s: %d sessions, %d errors, Avg.L %.2f, per arm %v (at %.0fs)", phase, sum.Sessions, sum.Errors, sum.AvgL, sum.PerArm, time.Since(began).Seconds())
+		if sum.Errors > n/10 {
+			t.Fatalf("bots %s: %d of %d sessions failed: %v", phase, sum.Errors, n, sum.ErrorCodes)
+		}
+		return sum
+	}
+
+	// 1. A refresh window of sessions: the user agent is refreshed.
+	play("refresh window", refreshSessions)
+	var rs struct {
+		Refreshes   int    `json:"refreshes"`
+		Published   int    `json:"published"`
+		LastVersion string `json:"last_version"`
+		LastReason  string `json:"last_reason"`
+	}
+	waitFor(t, ctx, 5*time.Minute, "a user-agent refresh", func() bool {
+		return readJSON(filepath.Join(lc.Learner.DataDir, "refresh.json"), &rs) && rs.Refreshes >= 1
+	})
+	if rs.Published > 0 {
+		t.Logf("user agent refreshed: published %s (gate: %s)", rs.LastVersion, rs.LastReason)
+	} else {
+		t.Logf("user agent refresh refused by the fidelity gate (%s): the cycle trains against v1", rs.LastReason)
+	}
+
+	// 2. More sessions make a cycle due: an AT-GRPO candidate is published.
+	play("cycle window", cycleSessions-refreshSessions)
+	reg, err := registry.NewLocal(registryRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, 8*time.Minute, "an at-grpo candidate npc/v2", func() bool {
+		_, err := reg.Manifest(ctx, "npc", "v2")
+		return err == nil
+	})
+	man, err := reg.Verify(ctx, "npc", "v2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if man.Algorithm != "at-grpo" || man.Parent != "v1" {
+		t.Fatalf("candidate npc/v2: algorithm %q parent %q; want at-grpo from v1", man.Algorithm, man.Parent)
+	}
+	t.Logf("candidate npc/v2 (user agent %v) metrics: %v (at %.0fs)", man.Hyperparameters["user_agent"], man.Metrics, time.Since(began).Seconds())
+
+	// 3. Canary at 50 %, more bots, A/B report.
+	rcfg := rollout.DefaultConfig()
+	rcfg.Prefix = rds.Prefix
+	rc, err := rollout.New(rds.Client, rcfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rc.Canary(ctx, deployment, "v2", 50, "looptest"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := rc.Get(ctx, deployment)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp := st.ExperimentID
+	t.Logf("canary v2 at 50%% over stable %s, experiment %s", st.Stable, exp)
+	time.Sleep(2 * time.Second) // the gateway's rollout watch loads v2
+	sum := play("a/b", abSessions)
+	if len(sum.PerArm) < 2 {
+		t.Errorf("a/b sessions went to arms %v; want both stable and canary", sum.PerArm)
+	}
+	waitFor(t, ctx, time.Minute, "the a/b sessions to reach the collector", func() bool {
+		n := 0
+		for _, s := range collector.Sessions(exp) {
+			if s.Done() {
+				n++
+			}
+		}
+		return n >= abSessions-sum.Errors
+	})
+	rep, err := abtest.Analyze(exp, collector.Sessions(exp), abtest.DefaultConfig(), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []abtest.ArmStats{rep.Stable, rep.Canary} {
+		t.Logf("A/B %-6s %v: n=%d Avg.L %.3f (95%% CI %.3f–%.3f), Avg.r n=%d", a.Arm, a.Versions, a.AvgL.N, a.AvgL.Mean, a.AvgL.Lo, a.AvgL.Hi, a.AvgR.N)
+	}
+	d := rep.AvgL
+	t.Logf("A/B Avg.L canary − stable = %.3f (95%% CI %.3f–%.3f), Welch t=%.2f df=%.1f p=%.4f; sequential p=%.4f",
+		d.Diff, d.Lo, d.Hi, d.T, d.DF, d.P, d.Seq.P)
+	if rep.Stable.AvgL.N < 2 || rep.Canary.AvgL.N < 2 {
+		t.Fatalf("a/b arms have %d and %d ended sessions; want both ≥ 2", rep.Stable.AvgL.N, rep.Canary.AvgL.N)
+	}
+
+	// 4. Promote or roll back: the watchdog may have rolled back already;
+	// otherwise abtest.Decide with auto-promotion decides, and a hold
+	// (no evidence the candidate is better) rolls back.
+	st, err = rc.Get(ctx, deployment)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State != schema.PhaseCanary {
+		t.Logf("the watchdog already acted: state %s, stable %s, canary %q (by %s)", st.State, st.Stable, st.Canary, st.UpdatedBy)
+		if st.Stable != "v1" && st.Stable != "v2" {
+			t.Fatalf("after the watchdog: stable %q; want v1 or v2", st.Stable)
+		}
+	} else {
+		g := abtest.DefaultGuardrailConfig()
+		g.AutoPromote, g.MinSessions, g.MinPromoteSessions = true, 20, 20
+		dec := abtest.Decide(rep, g)
+		t.Logf("decision: %s (%s)", dec.Verdict, dec.Reason)
+		switch dec.Verdict {
+		case abtest.Promote:
+			_, err = rc.Promote(ctx, deployment, "looptest", dec.Reason)
+		default:
+			_, err = rc.Rollback(ctx, deployment, "looptest", string(dec.Verdict)+": "+dec.Reason)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err = rc.Get(ctx, deployment)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "v1"
+		if dec.Verdict == abtest.Promote {
+			want = "v2"
+		}
+		if st.Stable != want || st.Canary != "" {
+			t.Fatalf("after %s: stable %q canary %q; want stable %q and no canary", dec.Verdict, st.Stable, st.Canary, want)
+		}
+	}
+	t.Logf("final rollout: stable %s, state %s; loop took %.0fs", st.Stable, st.State, time.Since(began).Seconds())
+	for _, l := range slices.Concat(logs.lines("user-agent refresh done"), logs.lines("at-grpo cycle published"), logs.lines("watchdog")) {
+		t.Log(l)
+	}
+}
