@@ -16,6 +16,7 @@ var (
 	flagSeeds   = flag.Int("seeds", 3, "RL seeds per variant")
 	flagOut     = flag.String("out", "", "output directory (default: a temporary one)")
 	flagOnly    = flag.String("only", "", "comma-separated variant names to run (default: all)")
+	flagTrainOn = flag.String("train-on", TrainOnUserAgent, "RL environment: user-agent or players")
 )
 
 // TestExperimentProfile runs a whole experiment profile and keeps its
@@ -33,7 +34,7 @@ func TestExperimentProfile(t *testing.T) {
 	if *flagOnly != "" {
 		only = strings.Split(*flagOnly, ",")
 	}
-	res, err := Run(context.Background(), Config{Profile: *flagProfile, Seeds: *flagSeeds, OutDir: out, Only: only}, logger)
+	res, err := Run(context.Background(), Config{Profile: *flagProfile, Seeds: *flagSeeds, OutDir: out, Only: only, TrainOn: *flagTrainOn}, logger)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,12 +40,16 @@ func WriteReport(dir string, res *Results) error {
 	if err := os.WriteFile(filepath.Join(dir, ResultsJSON), b, 0o644); err != nil {
 		return fmt.Errorf("write report: %w", err)
 	}
+	where := "user agent, α=1"
+	if res.TrainOn == TrainOnPlayers {
+		where = "ground-truth players"
+	}
 	for _, f := range []struct {
 		file, label string
 		get         func(CurvePoint) float64
 	}{
-		{FigureAvgR, "Avg.r (user agent, α=1)", func(p CurvePoint) float64 { return p.AvgR }},
-		{FigureAvgL, "Avg.L (user agent, α=1)", func(p CurvePoint) float64 { return p.AvgL }},
+		{FigureAvgR, "Avg.r (" + where + ")", func(p CurvePoint) float64 { return p.AvgR }},
+		{FigureAvgL, "Avg.L (" + where + ")", func(p CurvePoint) float64 { return p.AvgL }},
 	} {
 		if err := writeFigure(filepath.Join(dir, f.file), res, f.label, f.get); err != nil {
 			return err
