@@ -35,6 +35,13 @@ func TestTinyExperimentWritesEveryTable(t *testing.T) {
 			t.Errorf("%s: %g nodes per tree, %g s/step; want positive", r.Variant, r.NodesPerTree, r.SecPerStep)
 		}
 	}
+	back, err := LoadResults(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(back.Rows) != len(res.Rows) || back.Rows[1].AvgR != res.Rows[1].AvgR {
+		t.Errorf("LoadResults: %d rows (Avg.r %g); want %d (Avg.r %g)", len(back.Rows), back.Rows[1].AvgR, len(res.Rows), res.Rows[1].AvgR)
+	}
 	md, _ := os.ReadFile(filepath.Join(dir, ResultsMarkdown))
 	t.Logf("tiny experiment in %.0f s:\n%s", res.Seconds, md)
 }

@@ -83,3 +83,20 @@ func atgrpoRaisesAvgR(t *testing.T, trainOn string) {
 	}
 	t.Logf("mean Avg.r gain over %d seeds: %+.3f", len(res.Rows), gain)
 }
+
+// TestRewriteReport re-renders the report of a finished run from its
+// results.json:
+//
+//	go test -tags long -run TestRewriteReport ./learner/rl/experiment -args -out DIR
+func TestRewriteReport(t *testing.T) {
+	if *flagOut == "" {
+		t.Skip("no -out directory")
+	}
+	res, err := LoadResults(*flagOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteReport(*flagOut, res); err != nil {
+		t.Fatal(err)
+	}
+}

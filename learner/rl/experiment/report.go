@@ -264,3 +264,17 @@ func writeFigure(path string, res *Results, label string, get func(CurvePoint) f
 	}
 	return nil
 }
+
+// LoadResults reads the results.json of an earlier run, for re-rendering
+// its report with WriteReport.
+func LoadResults(dir string) (*Results, error) {
+	b, err := os.ReadFile(filepath.Join(dir, ResultsJSON))
+	if err != nil {
+		return nil, fmt.Errorf("load results: %w", err)
+	}
+	var res Results
+	if err := json.Unmarshal(b, &res); err != nil {
+		return nil, fmt.Errorf("load results %q: %w", dir, err)
+	}
+	return &res, nil
+}
