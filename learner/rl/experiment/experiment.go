@@ -278,7 +278,7 @@ func previousRows(dir string, prof Profile, trainOn string) map[rowKey]Row {
 	}
 	pa, _ := json.Marshal(prev.Profile)
 	pb, _ := json.Marshal(prof)
-	if string(pa) != string(pb) || prev.TrainOn != trainOn {
+	if string(pa) != string(pb) || cmp.Or(prev.TrainOn, TrainOnUserAgent) != trainOn {
 		return out
 	}
 	for _, r := range prev.Rows {
