@@ -337,10 +337,13 @@ func generateAll(ctx context.Context, eng *inference.Engine, prompts [][]int, cf
 // its real opening and NPC turns, one exchange level at a time (each level
 // one batched UserAgent.Step, the [End Risk] of earlier NPC turns being the
 // agent's own p as when serving). P_T after each NPC turn predicts whether
-// the player ended there (log-loss); the p's give the expected simulated
-// length, compared with the real one by ρ over dialogues whose length the
-// player decided (player_ended, idle_timeout) or the cap (max_turns). The
-// replies the agent generates feed Dist-n and words per turn.
+// the player ended there (log-loss). The p's give the expected simulated
+// length, the training data's risk by exchange (the same scale as p)
+// standing in past the real dialogue's last NPC turn, where no NPC turn
+// exists to judge; ρ compares it with the real length over the dialogues
+// whose length the player decided (player_ended, idle_timeout) or the cap
+// (max_turns). The replies the agent generates feed Dist-n and words per
+// turn.
 func (ev evaluator) userFidelity(ctx context.Context, eng *inference.Engine, heldOut []simulator.Dialogue, demos map[string][]simulator.Dialogue, met *Metrics) error {
 	uacfg := ev.ua
 	uacfg.Sampling.MaxTokens = ev.cfg.ReplyTokens
@@ -398,7 +401,7 @@ func (ev evaluator) userFidelity(ctx context.Context, eng *inference.Engine, hel
 		}
 		rewards = append(rewards, rs)
 		if d.Reason.PlayerEnded() || d.Reason == schema.EndMaxTurns {
-			sim = append(sim, ExpectedLength(ps[i], ev.cfg.MaxTurns))
+			sim = append(sim, ExpectedLength(ps[i], ev.risks, ev.cfg.MaxTurns))
 			real = append(real, float64(n))
 		}
 	}

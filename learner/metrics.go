@@ -137,10 +137,12 @@ func BinaryLogLoss(p []float64, y []bool) float64 {
 
 // ExpectedLength is the expected number of exchanges of a dialogue in which
 // the user ends the conversation after exchange k with probability p[k-1],
-// capped at maxTurns. Past the last given probability the last one holds
-// (a constant hazard), so an agent that never predicts an end does not get
-// the real length for free. With no probabilities it is maxTurns.
-func ExpectedLength(p []float64, maxTurns int) float64 {
+// capped at maxTurns. Past the last given probability the hazard of the
+// same exchange in prior holds (the last prior value past its end; 0 with
+// no prior), so an agent's probabilities count only where they were
+// predicted and an uninformative agent gets the same length for every
+// dialogue.
+func ExpectedLength(p, prior []float64, maxTurns int) float64 {
 	survive, e := 1.0, 0.0
 	for k := range maxTurns {
 		e += survive // P(exchange k+1 happens)
@@ -148,8 +150,10 @@ func ExpectedLength(p []float64, maxTurns int) float64 {
 		switch {
 		case k < len(p):
 			h = p[k]
-		case len(p) > 0:
-			h = p[len(p)-1]
+		case k < len(prior):
+			h = prior[k]
+		case len(prior) > 0:
+			h = prior[len(prior)-1]
 		}
 		survive *= 1 - math.Min(math.Max(h, 0), 1)
 	}

@@ -22,9 +22,10 @@ func TestMetricsByHand(t *testing.T) {
 		{"Avg.L", AvgL([]int{1, 2, 6}), 3},
 		{"Avg.r", AvgR([][]float64{{0.5, 0.5}, {1}}), 1},
 		{"log-loss", BinaryLogLoss([]float64{0.5, 0.9}, []bool{true, false}), (math.Ln2 - math.Log(0.1)) / 2},
-		{"expected length, constant hazard carried on", ExpectedLength([]float64{0.5}, 3), 1.75},
-		{"expected length, certain end after 2", ExpectedLength([]float64{0, 1, 0}, 10), 2},
-		{"expected length, no prediction", ExpectedLength(nil, 4), 4},
+		{"expected length, prior after the predictions", ExpectedLength([]float64{0.5}, []float64{0.9, 0.5}, 3), 1.75},
+		{"expected length, last prior carried on", ExpectedLength(nil, []float64{0, 0.5}, 4), 2.75},
+		{"expected length, certain end after 2", ExpectedLength([]float64{0, 1, 0}, nil, 10), 2},
+		{"expected length, no prediction, no prior", ExpectedLength(nil, nil, 4), 4},
 	}
 	for _, tc := range tests {
 		if !near(tc.got, tc.want) {

@@ -19,8 +19,7 @@ func smallSFTConfig(t *testing.T, role Role) SFTConfig {
 	cfg.Arch.Dim, cfg.Arch.Layers, cfg.Arch.Heads, cfg.Arch.FFNDim, cfg.Arch.MaxSeq = 64, 2, 2, 192, 512
 	cfg.VocabSize = 768
 	cfg.DataDir = t.TempDir()
-	cfg.Steps, cfg.BatchSize, cfg.CheckpointEvery = 400, 8, 100
-	cfg.DecisionWeight = 5
+	cfg.Steps, cfg.BatchSize, cfg.CheckpointEvery = 300, 8, 100
 	cfg.Train.LearningRate = 3e-3
 	cfg.Eval = EvalConfig{MaxDialogues: 80, MaxReplies: 80, ReplyTokens: 24, MaxTurns: 10, ScoreBatch: 8, Seed: 1}
 	cfg.Progress = os.Stderr
