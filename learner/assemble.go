@@ -14,6 +14,7 @@ type openSession struct {
 	first    schema.SessionEvent // ids come from the first event seen
 	started  time.Time           // ts of session_started, zero until it arrives
 	turns    map[int]schema.Exchange
+	turnTS   map[int]time.Time // ts of the event each turn came from
 	end      *schema.SessionEvent
 	events   []schema.SessionEvent // every applied event, for the journal
 	ids      map[string]bool
@@ -53,7 +54,7 @@ func (a *assembler) apply(e schema.SessionEvent, now time.Time) (d *simulator.Di
 	}
 	s, ok := a.open[e.SessionID]
 	if !ok {
-		s = &openSession{first: e, turns: map[int]schema.Exchange{}, ids: map[string]bool{}}
+		s = &openSession{first: e, turns: map[int]schema.Exchange{}, turnTS: map[int]time.Time{}, ids: map[string]bool{}}
 		a.open[e.SessionID] = s
 	}
 	if s.ids[e.EventID] {
@@ -75,10 +76,16 @@ func (a *assembler) apply(e schema.SessionEvent, now time.Time) (d *simulator.Di
 		s.started = e.TS
 	case schema.TurnEvent:
 		if _, dup := s.turns[e.Turn]; dup {
-			// The same exchange under a second event id: keep the first.
+			// The same exchange index under a second event id: the gateway
+			// logs a turn before saving it, so a turn whose save failed (or
+			// whose gateway died) is logged again by the retry. The later
+			// one is the exchange the transcript kept.
 			a.stats.Conflict++
-			break
+			if !e.TS.After(s.turnTS[e.Turn]) {
+				break
+			}
 		}
+		s.turnTS[e.Turn] = e.TS
 		x := schema.Exchange{Turn: e.Turn, User: e.UserText, NPC: e.NPCText}
 		if e.Safety != schema.SafetyNone {
 			x.Safety = e.Safety
