@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/parleyhq/parley/inference"
 )
 
 // Config is how a gateway serves. Every limit is a value here; cmd/parley
@@ -77,14 +79,6 @@ type Sampling struct {
 	Seed uint64
 }
 
-// CompanionCard is the default persona card: the paper's game-companion
-// prompt, condensed.
-const CompanionCard = `You are Mira, a companion character in a fantasy adventure game, talking with the player between quests. ` +
-	`Stay in character: warm, curious and playful, with your own opinions and memories of your travels together. ` +
-	`Keep replies short (one to three sentences) and natural, like spoken dialogue. ` +
-	`Engage with what the player says, build on the topics they care about and ask them relevant questions. ` +
-	`Do not repeat yourself, do not stall with filler, and never pretend to be a human outside the game.`
-
 // DefaultConfig serves on 127.0.0.1:8080 with the paper's sampling defaults
 // (top-k 50, temperature 0.7) and the companion persona.
 func DefaultConfig() Config {
@@ -108,7 +102,7 @@ func DefaultConfig() Config {
 		PlayerBurst:     5,
 		DefaultNPC:      "mira",
 		Personas: map[string]Persona{
-			"mira": {Name: "Mira", Card: CompanionCard, Greeting: "Hey, you're back! Where are we heading today?"},
+			"mira": {Name: "Mira", Card: inference.CompanionCard, Greeting: "Hey, you're back! Where are we heading today?"},
 		},
 		Sampling: Sampling{MaxTokens: 64, Temperature: 0.7, TopK: 50, TopP: 1},
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/parleyhq/parley/inference"
 	"github.com/parleyhq/parley/schema"
 )
 
@@ -78,7 +79,7 @@ func FuzzChatCompletionRequest(f *testing.F) {
 		if req.User != "" && !safeIDRE.MatchString(req.User) {
 			t.Fatalf("chat body %q accepted user %q", body, req.User)
 		}
-		prompt, err := chatPrompt(tok, CompanionCard, req.Messages, contextTokens, maxTokens)
+		prompt, err := chatPrompt(tok, inference.CompanionCard, req.Messages, contextTokens, maxTokens)
 		if err != nil {
 			if !errors.Is(err, ErrTooLarge) {
 				t.Fatalf("chatPrompt of %q: %v; want nil or ErrTooLarge", body, err)

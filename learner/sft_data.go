@@ -39,9 +39,9 @@ func (in instance) truncate(maxSeq int) instance {
 }
 
 // DefaultNPCCard is the system turn of NPC training dialogues whose NPC has
-// no card of its own in SFTConfig.NPCCards.
-const DefaultNPCCard = "You are a character in a fantasy game, talking with the player. Stay in character, " +
-	"follow what the player cares about and ask about it."
+// no card of its own in SFTConfig.NPCCards: the card the gateway serves by
+// default, so training and serving prompts match.
+const DefaultNPCCard = inference.CompanionCard
 
 // npcPrompt renders dialogues the way the gateway prompts the dialogue
 // agent: the NPC's card as the system turn, then user and NPC turns in the
