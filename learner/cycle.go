@@ -329,12 +329,12 @@ func (c *Cycle) RunOnce(ctx context.Context) (*CycleResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("at-grpo cycle: %w", err)
 	}
-	eng, stopEng, err := cycleEngine(ctx, model, tok, c.logger)
+	eng, stopEng, err := cycleEngine(model, tok, c.logger)
 	if err != nil {
 		return nil, fmt.Errorf("at-grpo cycle: %w", err)
 	}
 	defer stopEng()
-	uaEng, stopUA, err := cycleEngine(ctx, uaModel, uaTok, c.logger)
+	uaEng, stopUA, err := cycleEngine(uaModel, uaTok, c.logger)
 	if err != nil {
 		return nil, fmt.Errorf("at-grpo cycle: %w", err)
 	}
@@ -600,15 +600,18 @@ func addCurves(dir string, cv Curves) error {
 	return writeFileSync(mpath, append(out, '\n'))
 }
 
-// cycleEngine serves m with room for whole tree levels of several trees.
-func cycleEngine(ctx context.Context, m *inference.Model, tok *inference.Tokenizer, logger *slog.Logger) (*inference.Engine, func(), error) {
+// cycleEngine serves m with room for whole tree levels of several trees
+// until the returned stop is called. The engine does not stop with the
+// cycle's context: requests already queued when the cycle is cancelled
+// still finish, so nothing waits on a stream of a stopped engine.
+func cycleEngine(m *inference.Model, tok *inference.Tokenizer, logger *slog.Logger) (*inference.Engine, func(), error) {
 	cfg := inference.DefaultEngineConfig()
 	cfg.MaxBatch, cfg.QueueSize = 64, 4096
 	eng, err := inference.NewEngine(m, tok, cfg, logger)
 	if err != nil {
 		return nil, nil, err
 	}
-	rctx, cancel := context.WithCancel(ctx)
+	rctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = eng.Run(rctx) })
 	return eng, func() {
