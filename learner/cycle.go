@@ -67,6 +67,11 @@ type CycleConfig struct {
 	EvalDepth    int `json:"eval_depth"`
 	CurvePrompts int `json:"curve_prompts"`
 	CurveEvery   int `json:"curve_every"`
+	// Gate, when set, decides from the candidate's and the parent's
+	// evaluations whether the candidate is published (DESIGN.md §1's eval
+	// gate), and says why; nil publishes every candidate and leaves the
+	// judgement to the A/B test.
+	Gate func(candidate, parent CycleEval) (bool, string) `json:"-"`
 	// DefaultCard is the NPC's system prompt.
 	DefaultCard string                  `json:"default_card"`
 	Backend     inference.BackendConfig `json:"backend"`
@@ -137,9 +142,13 @@ func (c CycleConfig) Validate() error {
 type CycleResult struct {
 	// Version is the published candidate, Parent the serving version it
 	// started from, UserAgent the user-agent version it trained against.
-	Version   string `json:"version"`
-	Parent    string `json:"parent"`
-	UserAgent string `json:"user_agent"`
+	Version string `json:"version"`
+	Parent  string `json:"parent"`
+	// Published is false when Gate refused the candidate; GateReason is
+	// the gate's word either way.
+	Published  bool   `json:"published"`
+	GateReason string `json:"gate_reason,omitempty"`
+	UserAgent  string `json:"user_agent"`
 	// Candidate and ParentEval are the evaluations on the held-out players:
 	// UA… with the user agent (α = 1), GT… with the ground-truth personas
 	// (zero without a population).
@@ -434,8 +443,14 @@ func (c *Cycle) RunOnce(ctx context.Context) (*CycleResult, error) {
 		return nil, fmt.Errorf("at-grpo cycle: evaluate candidate: %w", err)
 	}
 	res.Curves = Curves{Model: c.cfg.Model, X: "step", Series: []CurveSeries{avgR, avgL}}
-	if err := c.publish(ctx, reg, res, model, tok, ds); err != nil {
-		return nil, err
+	res.Published = true
+	if c.cfg.Gate != nil {
+		res.Published, res.GateReason = c.cfg.Gate(res.Candidate, res.ParentEval)
+	}
+	if res.Published {
+		if err := c.publish(ctx, reg, res, model, tok, ds); err != nil {
+			return nil, err
+		}
 	}
 	res.Seconds = time.Since(start).Seconds()
 	c.mu.Lock()
@@ -443,7 +458,11 @@ func (c *Cycle) RunOnce(ctx context.Context) (*CycleResult, error) {
 	c.state.Cycles++
 	err = c.save()
 	c.mu.Unlock()
-	c.logger.Info("at-grpo cycle published a candidate", "version", res.Version, "parent", parent, "user_agent", uaVersion,
+	msg := "at-grpo cycle published a candidate"
+	if !res.Published {
+		msg = "at-grpo cycle candidate refused by the gate"
+	}
+	c.logger.Info(msg, "version", res.Version, "parent", parent, "user_agent", uaVersion, "gate", res.GateReason,
 		"ua_avg_l", res.Candidate.UAAvgL, "ua_avg_l_parent", res.ParentEval.UAAvgL,
 		"ua_avg_r", res.Candidate.UAAvgR, "ua_avg_r_parent", res.ParentEval.UAAvgR,
 		"gt_avg_l", res.Candidate.GTAvgL, "gt_avg_l_parent", res.ParentEval.GTAvgL,

@@ -160,6 +160,23 @@ func TestCyclePublishesCandidateWithMetricsAndCurves(t *testing.T) {
 		}
 	}
 	t.Logf("candidate %+v, parent %+v", res.Candidate, res.ParentEval)
+
+	// A gate that refuses every candidate: the next cycle publishes nothing.
+	cfg.Gate = func(cand, parent CycleEval) (bool, string) { return false, "refused by the test" }
+	c, err = NewCycle(cfg, store, root, dataDir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err = c.RunOnce(context.Background())
+	if err != nil {
+		t.Fatalf("gated RunOnce: %v", err)
+	}
+	if res.Published || res.Parent != "v2" {
+		t.Errorf("gated cycle: published %v from %q; want refused, from v2", res.Published, res.Parent)
+	}
+	if got := registryVersions(t, root, "npc"); !slices.Equal(got, []string{"v1", "v2"}) {
+		t.Errorf("after a refused candidate npc versions = %v; want [v1 v2]", got)
+	}
 }
 
 func TestCycleDue(t *testing.T) {
