@@ -55,9 +55,15 @@ fuzz:
 	done
 
 # Benchmarks: each writes JSON under $(BENCH_DIR) and prints its table.
+# A redis-server on a free loopback port serves the gateway and rollout benches.
 bench: build
 	mkdir -p $(BENCH_DIR)
 	bin/parley bench inference --out $(BENCH_DIR)/inference.json
+	@port=$$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'); \
+	  redis-server --port $$port --bind 127.0.0.1 --save '' --appendonly no --daemonize yes --pidfile /tmp/parley-bench-redis.pid >/dev/null; \
+	  trap 'kill $$(cat /tmp/parley-bench-redis.pid)' EXIT; \
+	  bin/parley bench gateway --redis-addr 127.0.0.1:$$port --out $(BENCH_DIR)/gateway.json && \
+	  bin/parley bench rollout --redis-addr 127.0.0.1:$$port --out $(BENCH_DIR)/rollout.json
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./... | tee $(BENCH_DIR)/go-bench.txt
 
 # Regenerate the JSON Schema files of the wire types after changing schema/.

@@ -1,14 +1,24 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/parleyhq/parley/gateway"
+	"github.com/parleyhq/parley/gateway/modelpool"
+	"github.com/parleyhq/parley/gateway/sessionlog"
 	"github.com/parleyhq/parley/inference"
+	"github.com/parleyhq/parley/internal/broker"
+	"github.com/parleyhq/parley/simulator"
 )
 
 func newBenchCmd() *cobra.Command {
@@ -18,7 +28,148 @@ func newBenchCmd() *cobra.Command {
 		Long: `Benchmarks print a table and write their numbers as JSON (--out). Compare as ratios
 within one run: these machines are shared and noisy.`,
 	}
-	cmd.AddCommand(newBenchInferenceCmd())
+	cmd.AddCommand(newBenchInferenceCmd(), newBenchGatewayCmd(), newBenchRolloutCmd())
+	return cmd
+}
+
+func newBenchGatewayCmd() *cobra.Command {
+	cfg := gateway.DefaultBenchConfig()
+	var out, redisAddr, checkpoint string
+	cmd := &cobra.Command{
+		Use:   "gateway --redis-addr HOST:PORT [--out FILE.json]",
+		Short: "Requests/s and latency percentiles at 1, 16 and 64 sessions; stub vs real model; Kafka logging on vs off",
+		Long: `Drive a real gateway over loopback with 1, 16 and 64 concurrent sessions, with an instant
+stub engine (the gateway's own overhead) and with the real model (--checkpoint, or a random
+model of the default size), and with Kafka logging (an embedded broker and a spool) on and
+off. Sessions live in the Redis at --redis-addr under a random prefix, deleted afterwards.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+			defer rdb.Close()
+			if err := rdb.Ping(ctx).Err(); err != nil {
+				return fmt.Errorf("bench gateway: redis at %s: %w", redisAddr, err)
+			}
+			eng, stop, err := benchEngine(ctx, checkpoint)
+			if err != nil {
+				return err
+			}
+			defer stop()
+			kafka, err := broker.New(0, "")
+			if err != nil {
+				return err
+			}
+			defer kafka.Close()
+			lcfg := sessionlog.DefaultConfig()
+			lcfg.Brokers, lcfg.SpoolDir = kafka.ListenAddrs(), filepath.Join(os.TempDir(), fmt.Sprintf("parley-bench-spool-%d", os.Getpid()))
+			defer os.RemoveAll(lcfg.SpoolDir)
+			events, err := sessionlog.New(lcfg, nil, nil, nil)
+			if err != nil {
+				return err
+			}
+			runCtx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			go events.Run(runCtx) //nolint:errcheck // stops with the bench
+			defer events.Close()
+			cfg.Redis, cfg.Engine, cfg.Events = rdb, gateway.FromEngine(eng), events
+			rep, err := gateway.RunBench(ctx, cfg, cmd.OutOrStdout())
+			if err != nil {
+				return err
+			}
+			return writeJSONFile(out, rep)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&redisAddr, "redis-addr", "127.0.0.1:6379", "Redis server for the bench's sessions")
+	f.StringVar(&checkpoint, "checkpoint", "", "registry version directory of the real model (default: a random default-size model)")
+	f.IntSliceVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "concurrent sessions measured")
+	f.DurationVar(&cfg.Duration, "duration", cfg.Duration, "time per point")
+	f.StringVar(&out, "out", "", "write the report as JSON to this file")
+	return cmd
+}
+
+// benchEngine starts an engine on the checkpoint at dir, or on a random
+// default-size model with a tokenizer trained on a generated corpus.
+func benchEngine(ctx context.Context, dir string) (*inference.Engine, func(), error) {
+	var (
+		m   *inference.Model
+		tok *inference.Tokenizer
+		err error
+	)
+	if dir != "" {
+		m, tok, _, err = inference.LoadCheckpoint(dir, inference.DefaultBackendConfig())
+	} else {
+		tok, err = benchTokenizer(ctx)
+		if err == nil {
+			mc := inference.DefaultModelConfig()
+			mc.VocabSize = tok.VocabSize()
+			m, err = inference.NewModel(mc, inference.DefaultBackendConfig(), 1)
+		}
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("bench engine: %w", err)
+	}
+	eng, err := inference.NewEngine(m, tok, inference.DefaultEngineConfig(), nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	go eng.Run(runCtx) //nolint:errcheck // stops with the bench
+	return eng, func() { cancel(); _ = eng.Close() }, nil
+}
+
+// benchTokenizer trains the default-size tokenizer on a small generated corpus.
+func benchTokenizer(ctx context.Context) (*inference.Tokenizer, error) {
+	cc := simulator.DefaultCorpusConfig()
+	cc.Players, cc.DialoguesPerPlayer = 50, 3
+	var buf bytes.Buffer
+	if _, err := simulator.GenerateCorpus(ctx, cc, &buf); err != nil {
+		return nil, err
+	}
+	ds, err := simulator.ReadCorpus(&buf)
+	if err != nil {
+		return nil, err
+	}
+	var texts []string
+	for _, d := range ds {
+		for _, x := range d.Exchanges {
+			texts = append(texts, x.User, x.NPC)
+		}
+	}
+	return inference.TrainTokenizer(texts, inference.DefaultModelConfig().VocabSize)
+}
+
+func newBenchRolloutCmd() *cobra.Command {
+	cfg := modelpool.DefaultBenchConfig()
+	var out, redisAddr string
+	cmd := &cobra.Command{
+		Use:   "rollout --redis-addr HOST:PORT [--out FILE.json]",
+		Short: "Time from promote to the whole fleet serving the new version; latency during swaps vs steady",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+			defer rdb.Close()
+			dir, err := os.MkdirTemp("", "parley-bench-rollout-")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(dir)
+			cfg.WorkDir = dir
+			rep, err := modelpool.RunBench(cmd.Context(), cfg, rdb, nil)
+			if err != nil {
+				return err
+			}
+			if err := printJSON(cmd.OutOrStdout(), rep); err != nil {
+				return err
+			}
+			return writeJSONFile(out, rep)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&redisAddr, "redis-addr", "127.0.0.1:6379", "Redis server of the rollout state")
+	f.IntVar(&cfg.Gateways, "gateways", cfg.Gateways, "gateway instances following the rollout")
+	f.IntVar(&cfg.Swaps, "swaps", cfg.Swaps, "canary-then-promote cycles")
+	f.StringVar(&out, "out", "", "write the report as JSON to this file")
 	return cmd
 }
 

@@ -111,6 +111,9 @@ func writeFileWith(path string, write func(io.Writer) (any, error)) (any, error)
 		return nil, err
 	}
 	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o644); err != nil {
+		return nil, err
+	}
 	res, err := write(tmp)
 	if err == nil {
 		err = tmp.Sync()

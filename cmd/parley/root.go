@@ -49,7 +49,7 @@ upper case with dashes as underscores (--data-dir → PARLEY_DATA_DIR). Flags wi
 		newBotsCmd(&g),
 		newTrainCmd(&g),
 		newEvalCmd(),
-		notBuilt("experiment", "Reproduce the paper's tables: SFT, GRPO, GSPO, TreeRPO and AT-GRPO side by side", 7),
+		newExperimentCmd(&g),
 		newBenchCmd(),
 		newCorpusCmd(),
 		newVersionCmd(),
@@ -83,17 +83,6 @@ func newTelemetry(ctx context.Context, g *globalFlags, service string) (*telemet
 	cfg.LogLevel, cfg.LogFormat = g.logLevel, g.logFormat
 	cfg.OTLPEndpoint = os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
 	return telemetry.New(ctx, cfg, os.Stderr)
-}
-
-func notBuilt(name, short string, issue int) *cobra.Command {
-	return &cobra.Command{
-		Use:   name,
-		Short: short + " (not built yet)",
-		Long:  short + ".\n\nNot built yet: see issue #" + fmt.Sprint(issue) + ".",
-		RunE: func(*cobra.Command, []string) error {
-			return fmt.Errorf("%s: not built yet (issue #%d)", name, issue)
-		},
-	}
 }
 
 func newVersionCmd() *cobra.Command {
