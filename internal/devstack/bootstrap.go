@@ -30,13 +30,13 @@ type BootstrapConfig struct {
 }
 
 // DefaultBootstrapConfig takes a few minutes on 2 cores: a ~0.2M-parameter
-// model (d64, 2 layers, a 1,024-token vocabulary) trained 150 steps. It is a
+// model (d64, 2 layers, a 1,024-token vocabulary) trained 100 steps. It is a
 // starting point for the learner, not a good NPC; a studio bootstraps from
 // its own corpus with `parley train sft` and the default model size.
 func DefaultBootstrapConfig() BootstrapConfig {
 	arch := inference.DefaultModelConfig()
 	arch.VocabSize, arch.Dim, arch.Layers, arch.Heads, arch.FFNDim = 1024, 64, 2, 2, 192
-	return BootstrapConfig{Players: 150, DialoguesPerPlayer: 4, Steps: 150, BatchSize: 8, Seed: 1, Arch: arch}
+	return BootstrapConfig{Players: 150, DialoguesPerPlayer: 4, Steps: 100, BatchSize: 8, Seed: 1, Arch: arch}
 }
 
 // Validate reports the first size that is not positive.
