@@ -196,8 +196,7 @@ func tableRows(runs []Variant, table string) []string {
 			out = append(out, r.Name)
 		}
 	}
-	if table == "ablation" {
-		i := slices.Index(out, "AT-GRPO")
+	if i := slices.Index(out, "AT-GRPO"); table == "ablation" && i >= 0 {
 		out = append([]string{"AT-GRPO"}, slices.Delete(out, i, i+1)...)
 	}
 	return out

@@ -101,6 +101,9 @@ func byVariant(res *Results, name string, get func(Row) float64) []float64 {
 }
 
 func pm(xs []float64, prec int) string {
+	if len(xs) == 0 {
+		return "–"
+	}
 	m, s := rl.MeanStd(xs)
 	if len(xs) < 2 {
 		return strconv.FormatFloat(m, 'f', prec, 64)
@@ -114,10 +117,12 @@ func Markdown(res *Results) string {
 	var b strings.Builder
 	p := res.Profile
 	t := p.RL.Tree
+	mc := p.Model
+	mc.VocabSize = p.VocabSize
 	fmt.Fprintf(&b, "# AT-GRPO experiment — profile %s\n\n", p.Name)
 	fmt.Fprintf(&b, "%d seed(s); model %d params (d%d, %d layers); trees W=%d, w=%d, γ=%g, ω=%g, L=%d; "+
 		"%d trees/step, %d steps, RL lr %g, β=%g, ε=%g, λ=%g. Bootstrap %.0f s, total %.0f s.\n\n",
-		res.Seeds, p.Model.Params(), p.Model.Dim, p.Model.Layers, t.W, t.Width, t.Gamma, t.Omega, t.Depth,
+		res.Seeds, mc.Params(), p.Model.Dim, p.Model.Layers, t.W, t.Width, t.Gamma, t.Omega, t.Depth,
 		p.RL.Batch, p.RL.Steps, p.RL.Update.Train.LearningRate, p.RL.Update.Beta, p.RL.Update.Epsilon, p.RL.Lambda,
 		res.SFTSeconds, res.Seconds)
 	fmt.Fprintf(&b, "RL environment: %s.\n\n", res.TrainOn)
@@ -172,8 +177,8 @@ func Markdown(res *Results) string {
 		b.WriteString("\n")
 	}
 	table("Table 3 analogue: main results", tableRows(res.Variants, "main"))
-	if p.Ablations {
-		table("Table 5 analogue: ablations of AT-GRPO", tableRows(res.Variants, "ablation"))
+	if rows := tableRows(res.Variants, "ablation"); len(rows) > 1 {
+		table("Table 5 analogue: ablations of AT-GRPO", rows)
 	}
 	b.WriteString("## Table 6 analogue: cost\n\n")
 	b.WriteString("| method | s/step | × GRPO | peak Go heap (MiB) | nodes/tree measured | S + W·L (paper's bound) | exact, no terminations |\n")
@@ -186,7 +191,7 @@ func Markdown(res *Results) string {
 		secs := byVariant(res, v.Name, func(r Row) float64 { return r.SecPerStep })
 		m, _ := rl.MeanStd(secs)
 		ratio := "–"
-		if grpo > 0 {
+		if grpo > 0 && len(secs) > 0 {
 			ratio = fmt.Sprintf("%.2f", m/grpo)
 		}
 		c := v.Config.Tree
