@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/parleyhq/parley/gateway"
+	"github.com/parleyhq/parley/gateway/admin"
 	"github.com/parleyhq/parley/gateway/rollout"
 	"github.com/parleyhq/parley/inference/registry"
 	"github.com/parleyhq/parley/internal/gatewayd"
@@ -270,6 +271,14 @@ func TestClosedLoop(t *testing.T) {
 		t.Fatalf("candidate npc/v2: algorithm %q parent %q; want at-grpo from v1", man.Algorithm, man.Parent)
 	}
 	t.Logf("candidate npc/v2 (user agent %v) metrics: %v (at %.0fs)", man.Hyperparameters["user_agent"], man.Metrics, time.Since(began).Seconds())
+	// The dashboard reads the candidate's training curves.
+	cv, err := admin.LocalCurves{Registry: reg}.Curves(ctx, "npc", "v2")
+	if err != nil {
+		t.Fatalf("dashboard curves of npc/v2: %v", err)
+	}
+	for _, s := range cv.Series {
+		t.Logf("curve %s over %s: %v", s.Name, cv.X, s.Points)
+	}
 
 	// 3. Canary at 50 %, more bots, A/B report.
 	rcfg := rollout.DefaultConfig()
