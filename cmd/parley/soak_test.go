@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/parleyhq/parley/internal/testenv"
+)
+
+// TestBenchSoakWritesSeries runs a short soak against a real Redis and a
+// tiny model and checks the JSON it writes: a sample per interval, requests
+// in each, no errors, and memory read from the process.
+func TestBenchSoakWritesSeries(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a whole gateway for a few seconds")
+	}
+	rds := testenv.StartRedis(t)
+	reg := filepath.Join(t.TempDir(), "registry")
+	testenv.PublishTinyModel(t, reg, "npc", "v1")
+	out := filepath.Join(t.TempDir(), "soak.json")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	log, err := run(ctx, "bench", "soak", "--redis-addr", rds.Addr, "--registry", reg,
+		"--duration", "3s", "--interval", "1s", "--concurrency", "2", "--max-tokens", "4", "--out", out)
+	if err != nil {
+		t.Fatalf("bench soak: %v\n%s", err, log)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep soakReport
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Samples) < 2 {
+		t.Fatalf("samples = %d; want at least 2 (3s at 1s intervals)\n%s", len(rep.Samples), log)
+	}
+	if rep.Errors != 0 || rep.Requests == 0 {
+		t.Errorf("requests = %d, errors = %d %v; want some requests and no errors", rep.Requests, rep.Errors, rep.ErrorKinds)
+	}
+	for i, s := range rep.Samples {
+		if s.Requests == 0 || s.RSSMB <= 0 || s.HeapMB <= 0 || s.Goroutines == 0 {
+			t.Errorf("sample %d = %+v; want requests, rss, heap and goroutines all above 0", i, s)
+		}
+		if s.P50Ms > s.P95Ms || s.P95Ms > s.P99Ms {
+			t.Errorf("sample %d: p50 %.1f, p95 %.1f, p99 %.1f; want them in order", i, s.P50Ms, s.P95Ms, s.P99Ms)
+		}
+	}
+}
+
+func TestQuantile(t *testing.T) {
+	xs := []float64{5, 1, 4, 2, 3, 6, 7, 8, 9, 10}
+	for _, c := range []struct {
+		q    float64
+		want float64
+	}{{0.5, 5}, {0.95, 10}, {0.1, 1}, {0.99, 10}} {
+		if got := quantile(xs, c.q); got != c.want {
+			t.Errorf("quantile(1..10, %v) = %v; want %v", c.q, got, c.want)
+		}
+	}
+	if got := quantile(nil, 0.5); got != 0 {
+		t.Errorf("quantile(nil) = %v; want 0", got)
+	}
+}
