@@ -8,7 +8,7 @@ ADDR ?= 127.0.0.1:8080
 FUZZTIME ?= 10s
 BENCH_DIR ?= bench/results
 
-.PHONY: all build run test test-short test-long test-security test-faults lint fuzz bench schemas deploy-check clean
+.PHONY: all build run test test-short test-long test-security test-faults test-loop lint fuzz bench schemas deploy-check clean
 
 all: build
 
@@ -38,10 +38,15 @@ test-security:
 test-faults:
 	$(GO) test -tags faults -count=1 -timeout 30m -v ./internal/faulttest/
 
+# The closed loop: bots → Kafka → user-agent refresh → AT-GRPO candidate →
+# canary at 50 % → A/B report → promote or roll back (about 10 minutes).
+test-loop:
+	$(GO) test -tags loop -count=1 -timeout 30m -v ./internal/looptest/
+
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) vet -tags long,xla,faults ./...
+	$(GO) vet -tags long,xla,faults,loop ./...
 	$(GO) run $(STATICCHECK) ./...
 
 # Runs every fuzz target for FUZZTIME each (go test -fuzz takes one target at a time).

@@ -19,11 +19,14 @@ func newLearnerCmd(g *globalFlags) *cobra.Command {
 	cfg.Learner.DataDir, cfg.Learner.Registry = "var/learner", "var/registry"
 	cmd := &cobra.Command{
 		Use:   "learner",
-		Short: "Run the learner: session consumer, user-agent refresh and the A/B watchdog",
+		Short: "Run the learner: session consumer, user-agent refresh, AT-GRPO cycles and the A/B watchdog",
 		Long: `Run the learner: a consumer group on parley.sessions.v1 rebuilds whole dialogues into a
 durable store under --data-dir; every --refresh-sessions new ended sessions (or
 --refresh-every) it fine-tunes the user agent on them plus a replay sample and publishes the
-new version only if it is at least as faithful on held-out players. With --redis-addr it
+new version only if it is at least as faithful on held-out players. Every --cycle-sessions
+(or --cycle-every) it runs --cycle-steps AT-GRPO steps from the serving policy against the
+newest user agent, evaluates the candidate against its parent and publishes it to the
+registry with its metrics and curves; promotion stays live-ops' call. With --redis-addr it
 also follows the running canary experiment and rolls it back on a guardrail breach.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -48,7 +51,11 @@ also follows the running canary experiment and rolls it back on a guardrail brea
 	f.BoolVar(&lc.RefreshEnabled, "refresh", lc.RefreshEnabled, "refresh the user agent from new sessions")
 	f.IntVar(&lc.Refresh.EverySessions, "refresh-sessions", lc.Refresh.EverySessions, "refresh after this many new ended sessions")
 	f.DurationVar(&lc.Refresh.Every, "refresh-every", lc.Refresh.Every, "refresh after this long (with enough new sessions)")
-	f.StringVar(&cfg.RedisAddr, "redis-addr", cfg.RedisAddr, "Redis of the rollout state; set to run the A/B watchdog")
+	f.BoolVar(&cfg.CycleEnabled, "cycle", cfg.CycleEnabled, "run the periodic AT-GRPO cycle that publishes candidate policies")
+	f.IntVar(&cfg.Cycle.EverySessions, "cycle-sessions", cfg.Cycle.EverySessions, "run a cycle after this many new ended sessions")
+	f.DurationVar(&cfg.Cycle.Every, "cycle-every", cfg.Cycle.Every, "run a cycle after this long (with enough new sessions)")
+	f.IntVar(&cfg.Cycle.RL.Steps, "cycle-steps", cfg.Cycle.RL.Steps, "AT-GRPO steps per cycle")
+	f.StringVar(&cfg.RedisAddr, "redis-addr", cfg.RedisAddr, "Redis of the rollout state; set to run the A/B watchdog and start cycles from the stable version")
 	f.StringVar(&cfg.KeyPrefix, "key-prefix", cfg.KeyPrefix, "prefix of every Redis key")
 	f.StringVar(&cfg.Watchdog.Deployment, "deployment", cfg.Watchdog.Deployment, "deployment whose canary the watchdog follows")
 	f.BoolVar(&cfg.Watchdog.Guardrails.AutoPromote, "auto-promote", cfg.Watchdog.Guardrails.AutoPromote, "promote a canary the sequential test finds better")
