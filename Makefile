@@ -8,7 +8,7 @@ ADDR ?= 127.0.0.1:8080
 FUZZTIME ?= 10s
 BENCH_DIR ?= bench/results
 
-.PHONY: all build run test test-short test-long test-security test-faults test-loop lint fuzz bench schemas deploy-check clean
+.PHONY: all build run test test-short test-long test-security test-faults test-loop lint fuzz bench soak schemas deploy-check clean
 
 all: build
 
@@ -60,16 +60,19 @@ fuzz:
 	done
 
 # Benchmarks: each writes JSON under $(BENCH_DIR) and prints its table.
-# A redis-server on a free loopback port serves the gateway and rollout benches.
+# scripts/with-redis.sh gives the gateway, rollout and soak benches a
+# throwaway redis-server.
 bench: build
 	mkdir -p $(BENCH_DIR)
 	bin/parley bench inference --out $(BENCH_DIR)/inference.json
-	@port=$$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'); \
-	  redis-server --port $$port --bind 127.0.0.1 --save '' --appendonly no --daemonize yes --pidfile /tmp/parley-bench-redis.pid >/dev/null; \
-	  trap 'kill $$(cat /tmp/parley-bench-redis.pid)' EXIT; \
-	  bin/parley bench gateway --redis-addr 127.0.0.1:$$port --out $(BENCH_DIR)/gateway.json && \
-	  bin/parley bench rollout --redis-addr 127.0.0.1:$$port --out $(BENCH_DIR)/rollout.json
+	scripts/with-redis.sh sh -c 'bin/parley bench gateway --redis-addr $$REDIS_ADDR --out $(BENCH_DIR)/gateway.json && \
+	  bin/parley bench rollout --redis-addr $$REDIS_ADDR --out $(BENCH_DIR)/rollout.json'
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./... | tee $(BENCH_DIR)/go-bench.txt
+
+# Ten minutes of steady load on a whole gateway: latency percentiles and memory over time.
+soak: build
+	mkdir -p $(BENCH_DIR)
+	scripts/with-redis.sh sh -c 'bin/parley bench soak --redis-addr $$REDIS_ADDR --duration 10m --out $(BENCH_DIR)/soak.json'
 
 # Regenerate the JSON Schema files of the wire types after changing schema/.
 schemas:
