@@ -81,6 +81,7 @@ func bootstrap(ctx context.Context, cfg BootstrapConfig, dataDir, registryDir st
 		sft.Registry, sft.DataDir, sft.RunID = registryDir, filepath.Join(dir, "runs"), "bootstrap-"+string(role)
 		sft.Steps, sft.BatchSize, sft.Seed, sft.Progress = cfg.Steps, cfg.BatchSize, cfg.Seed, progress
 		sft.Arch, sft.VocabSize, sft.SkipEvalBefore = cfg.Arch, cfg.Arch.VocabSize, true
+		sft.Eval.MaxDialogues, sft.Eval.MaxReplies = 16, 16 // a sanity check, not the fidelity report
 		log.Info("bootstrap: training the first version", "role", role, "steps", sft.Steps, "dialogues", len(dialogues))
 		res, err := learner.TrainSFT(ctx, sft, dialogues, log)
 		if err != nil {
