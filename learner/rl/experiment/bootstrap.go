@@ -148,10 +148,17 @@ func npcInstances(tok *inference.Tokenizer, card string, ds []simulator.Dialogue
 	return seqs, ws, nil
 }
 
+// Card is the NPC's system turn in experiments: short, because the
+// experiment models have short contexts (the gateway's companion card alone
+// would fill the tiny profile's).
+const Card = "You are a character in a fantasy game, talking with the player. Stay in character, " +
+	"follow what the player cares about and ask about it."
+
 // sftConfig is learner.TrainSFT's configuration for one agent of p.
 func sftConfig(p Profile, role learner.Role, dataDir string, maxSeq int) learner.SFTConfig {
 	c := learner.DefaultSFTConfig(role)
 	c.DataDir = dataDir
+	c.DefaultCard = Card
 	c.Arch = p.Model
 	c.Arch.MaxSeq = maxSeq
 	c.VocabSize = p.VocabSize

@@ -1,6 +1,7 @@
 package experiment
 
 import (
+	"cmp"
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
@@ -125,7 +126,7 @@ func Markdown(res *Results) string {
 		res.Seeds, mc.Params(), p.Model.Dim, p.Model.Layers, t.W, t.Width, t.Gamma, t.Omega, t.Depth,
 		p.RL.Batch, p.RL.Steps, p.RL.Update.Train.LearningRate, p.RL.Update.Beta, p.RL.Update.Epsilon, p.RL.Lambda,
 		res.SFTSeconds, res.Seconds)
-	fmt.Fprintf(&b, "RL environment: %s.\n\n", res.TrainOn)
+	fmt.Fprintf(&b, "RL environment: %s.\n\n", cmp.Or(res.TrainOn, TrainOnUserAgent))
 	b.WriteString("Avg.L and Avg.r are measured on held-out ground-truth players (the referee) and, in the\n" +
 		"UA columns, on the learned user agent with α = 1, over the same held-out openings, L = " +
 		strconv.Itoa(p.EvalDepth) + ". PPL is on the held-out players' reference NPC turns.\n\n")
