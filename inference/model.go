@@ -285,7 +285,7 @@ func linear(x, w *graph.Node) *graph.Node {
 
 func (m *Model) rmsNorm(x, w *graph.Node) *graph.Node {
 	ms := graph.ReduceAndKeep(graph.Square(x), graph.ReduceMean, -1)
-	return graph.Mul(graph.Mul(x, graph.Inverse(graph.Sqrt(graph.AddScalar(ms, m.cfg.NormEps)))), graph.ExpandLeftToRank(w, x.Rank()))
+	return graph.Mul(graph.Mul(x, graph.Reciprocal(graph.Sqrt(graph.AddScalar(ms, m.cfg.NormEps)))), graph.ExpandLeftToRank(w, x.Rank()))
 }
 
 // rope holds the rotary tables for given positions, shaped to broadcast

@@ -200,12 +200,6 @@ func weightedSpans(ws []float32) [][2]int {
 	return out
 }
 
-// targetRisks returns the [End Risk] values of the first n−1 NPC turns.
-func targetRisks(risks []float64, n int) []float64 {
-	k := max(0, min(n-1, len(risks)))
-	return slices.Clone(risks[:k])
-}
-
 // promptDemos shows demos without [End Risk] values: no user agent scored
 // them.
 func promptDemos(demos []simulator.Dialogue) []simulator.PromptDialogue {

@@ -62,8 +62,7 @@ func partitions(ctx context.Context, cfg FollowConfig) ([]int, error) {
 		var ids []int
 		conn, err := (&kafka.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, "tcp", cfg.Brokers[0])
 		if err == nil {
-			var ps []kafka.Partition
-			ps, err = conn.ReadPartitions(cfg.Topic)
+			ps, _ := conn.ReadPartitions(cfg.Topic) // an error leaves none: wait and ask again
 			conn.Close()
 			for _, p := range ps {
 				ids = append(ids, p.ID)

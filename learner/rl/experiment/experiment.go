@@ -169,7 +169,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) (*Results, error)
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	prof := PaperProfile()
+	var prof Profile
 	if cfg.Override != nil {
 		prof = *cfg.Override
 	} else {
