@@ -15,8 +15,8 @@ all: build
 build:
 	$(GO) build -o bin/parley ./cmd/parley
 
-run:
-	$(GO) run ./cmd/parley dev --data-dir $(DATA_DIR) --addr $(ADDR) $(ARGS)
+run: build
+	bin/parley dev --data-dir $(DATA_DIR) --addr $(ADDR) $(ARGS)
 
 test:
 	$(GO) test -count=1 -timeout 30m ./...
