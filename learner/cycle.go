@@ -263,37 +263,21 @@ func (c *Cycle) save() error {
 func (c *Cycle) due() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n := c.store.Len() - c.state.TrainedUpTo
-	if c.cfg.EverySessions > 0 && n >= c.cfg.EverySessions {
-		return true
-	}
-	return c.cfg.Every > 0 && n >= max(1, c.cfg.MinSessions) && c.now().Sub(c.state.LastAt) >= c.cfg.Every
+	return schedule{c.cfg.EverySessions, c.cfg.Every, c.cfg.MinSessions}.due(
+		c.store.Len()-c.state.TrainedUpTo, c.now().Sub(c.state.LastAt))
 }
 
 // Run checks every Poll whether a cycle is due and runs it until ctx is
 // done. A failed cycle is logged and retried at the next due time.
 func (c *Cycle) Run(ctx context.Context) error {
-	t := time.NewTicker(c.cfg.Poll)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		if !c.due() {
-			continue
-		}
-		if _, err := c.RunOnce(ctx); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
+	return runEvery(ctx, c.cfg.Poll, c.due,
+		func(ctx context.Context) error { _, err := c.RunOnce(ctx); return err },
+		func(err error) {
 			c.logger.Error("at-grpo cycle failed", "err", err)
 			c.mu.Lock()
 			c.state.LastAt = c.now()
 			c.mu.Unlock()
-		}
-	}
+		})
 }
 
 // RunOnce runs one cycle now on the stored sessions. It returns nil and no

@@ -151,36 +151,20 @@ func (r *refresher) save() error {
 
 // due reports whether a refresh should run now.
 func (r *refresher) due() bool {
-	n := r.store.Len() - r.state.TrainedUpTo
-	if r.cfg.EverySessions > 0 && n >= r.cfg.EverySessions {
-		return true
-	}
-	return r.cfg.Every > 0 && n >= max(1, r.cfg.MinSessions) && r.now().Sub(r.state.LastAt) >= r.cfg.Every
+	return schedule{r.cfg.EverySessions, r.cfg.Every, r.cfg.MinSessions}.due(
+		r.store.Len()-r.state.TrainedUpTo, r.now().Sub(r.state.LastAt))
 }
 
 // run checks every Poll whether a refresh is due and runs it. A failed
 // refresh is logged and retried at the next due time: it never touches
 // what is served.
 func (r *refresher) run(ctx context.Context) error {
-	t := time.NewTicker(r.cfg.Poll)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		if !r.due() {
-			continue
-		}
-		if _, err := r.refresh(ctx); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
+	return runEvery(ctx, r.cfg.Poll, r.due,
+		func(ctx context.Context) error { _, err := r.refresh(ctx); return err },
+		func(err error) {
 			r.logger.Error("user-agent refresh failed", "err", err)
 			r.state.LastAt = r.now()
-		}
-	}
+		})
 }
 
 // refresh fine-tunes the current user agent on the sessions stored since
