@@ -46,7 +46,7 @@ func TestGatewayProcessEndToEnd(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, cfg, tel) }()
 	base := "http://" + cfg.Gateway.Addr
-	waitReady(t, base+"/readyz", done)
+	testenv.WaitReady(t, base+"/readyz", done)
 
 	playerKey, err := gateway.CreateKey(ctx, rds.Client, rds.Prefix, "game", gateway.RolePlayerClient)
 	if err != nil {
@@ -123,26 +123,6 @@ func TestGatewayProcessEndToEnd(t *testing.T) {
 	if ents, _ := os.ReadDir(filepath.Join(cfg.DataDir, "spool")); len(ents) == 0 {
 		t.Errorf("spool dir is empty; want the spool's files to remain for the next start")
 	}
-}
-
-func waitReady(t *testing.T, url string, done <-chan error) {
-	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case err := <-done:
-			t.Fatalf("gateway exited before ready: %v", err)
-		default:
-		}
-		if resp, err := http.Get(url); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("%s not ready within 90s", url)
 }
 
 func readEvents(ctx context.Context, t *testing.T, k *testenv.Kafka, topic string, n int) []schema.SessionEvent {

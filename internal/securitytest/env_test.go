@@ -101,7 +101,7 @@ func startGateway(t *testing.T) *env {
 		// no case should ride on the state another left behind.
 		client: &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}},
 	}
-	waitReady(t, e.base+"/readyz", done)
+	testenv.WaitReady(t, e.base+"/readyz", done)
 
 	mk := func(client string, role gateway.Role) string {
 		key, err := gateway.CreateKey(ctx, rds.Client, rds.Prefix, client, role)
@@ -117,26 +117,6 @@ func startGateway(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	return e
-}
-
-func waitReady(t *testing.T, url string, done <-chan error) {
-	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case err := <-done:
-			t.Fatalf("gateway exited before ready: %v", err)
-		default:
-		}
-		if resp, err := http.Get(url); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("%s not ready within 90s", url)
 }
 
 // httpCase is one request and the status and error code it must get.

@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -165,4 +166,26 @@ func (k *Kafka) Start() {
 func (k *Kafka) Stop() {
 	k.cluster.Close()
 	k.cluster = nil
+}
+
+// WaitReady polls url until it answers 200, failing the test if done
+// delivers first (the server exited) or 90 seconds pass.
+func WaitReady(t testing.TB, url string, done <-chan error) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-done:
+			t.Fatalf("server exited before %s was ready: %v", url, err)
+		default:
+		}
+		if resp, err := http.Get(url); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s not ready within 90s", url)
 }
