@@ -68,11 +68,13 @@ bench: build
 	scripts/with-redis.sh sh -c 'bin/parley bench gateway --redis-addr $$REDIS_ADDR --out $(BENCH_DIR)/gateway.json && \
 	  bin/parley bench rollout --redis-addr $$REDIS_ADDR --out $(BENCH_DIR)/rollout.json'
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./... | tee $(BENCH_DIR)/go-bench.txt
+	bin/parley bench summary $(BENCH_DIR)
 
 # Ten minutes of steady load on a whole gateway: latency percentiles and memory over time.
 soak: build
 	mkdir -p $(BENCH_DIR)
 	scripts/with-redis.sh sh -c 'bin/parley bench soak --redis-addr $$REDIS_ADDR --duration 10m --out $(BENCH_DIR)/soak.json'
+	bin/parley bench summary $(BENCH_DIR)
 
 # Regenerate the JSON Schema files of the wire types after changing schema/.
 schemas:

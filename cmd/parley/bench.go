@@ -28,7 +28,7 @@ func newBenchCmd() *cobra.Command {
 		Long: `Benchmarks print a table and write their numbers as JSON (--out). Compare as ratios
 within one run: these machines are shared and noisy.`,
 	}
-	cmd.AddCommand(newBenchInferenceCmd(), newBenchGatewayCmd(), newBenchRolloutCmd(), newBenchSoakCmd())
+	cmd.AddCommand(newBenchInferenceCmd(), newBenchGatewayCmd(), newBenchRolloutCmd(), newBenchSoakCmd(), newBenchSummaryCmd())
 	return cmd
 }
 

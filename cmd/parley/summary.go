@@ -1,0 +1,98 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/parleyhq/parley/gateway"
+	"github.com/parleyhq/parley/gateway/modelpool"
+	"github.com/parleyhq/parley/inference"
+)
+
+func newBenchSummaryCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "summary [DIR]",
+		Short: "One table of the headline numbers of the bench JSON files in DIR (default bench/results)",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			dir := "bench/results"
+			if len(args) == 1 {
+				dir = args[0]
+			}
+			return writeBenchSummary(cmd.OutOrStdout(), dir)
+		},
+	}
+}
+
+// writeBenchSummary prints one row per headline number of each bench
+// report present in dir; missing reports are skipped.
+func writeBenchSummary(w io.Writer, dir string) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "bench\tmeasure\tvalue")
+	var found int
+	var inf inference.BenchReport
+	if ok, err := readReport(dir, "inference.json", &inf); err != nil {
+		return err
+	} else if ok {
+		found++
+		fmt.Fprintf(tw, "inference\tprefill tokens/s (%s)\t%.0f\n", inf.Decoder, inf.PrefillTokensPerSec)
+		for _, d := range inf.Decode {
+			fmt.Fprintf(tw, "inference\tdecode tokens/s, batch %d\t%.0f (%.1f %% of sgemm)\n", d.Batch, d.TokensPerSec, 100*d.Fraction)
+		}
+		fmt.Fprintf(tw, "inference\tbatch-32 / batch-1\t%.1f×\n", inf.Batch32Speedup)
+	}
+	var gw gateway.BenchReport
+	if ok, err := readReport(dir, "gateway.json", &gw); err != nil {
+		return err
+	} else if ok {
+		found++
+		for _, p := range gw.Points {
+			fmt.Fprintf(tw, "gateway\t%s, logging %v, %d sessions\t%.0f req/s, p50 %.1f ms, p99 %.1f ms\n",
+				p.Engine, p.Logging, p.Concurrency, p.RPS, p.P50MS, p.P99MS)
+		}
+	}
+	var ro modelpool.BenchReport
+	if ok, err := readReport(dir, "rollout.json", &ro); err != nil {
+		return err
+	} else if ok {
+		found++
+		fmt.Fprintf(tw, "rollout\tpromote → fleet serving, p50 / max\t%.0f / %.0f ms\n", ro.PromoteMS.P50, ro.PromoteMS.Max)
+		fmt.Fprintf(tw, "rollout\trequest p95 steady / during swaps\t%.0f / %.0f ms\n", ro.SteadyLatencyMS.P95, ro.SwapLatencyMS.P95)
+		fmt.Fprintf(tw, "rollout\tfailed requests\t%d of %d\n", ro.Failed, ro.Requests)
+	}
+	var soak soakReport
+	if ok, err := readReport(dir, "soak.json", &soak); err != nil {
+		return err
+	} else if ok {
+		found++
+		fmt.Fprintf(tw, "soak\treq/s, p50 / p95 / p99\t%.1f, %.0f / %.0f / %.0f ms\n", soak.ReqPerSec, soak.P50Ms, soak.P95Ms, soak.P99Ms)
+		fmt.Fprintf(tw, "soak\tmax RSS, RSS growth, errors\t%.0f MB, %+.1f MB, %d\n", soak.MaxRSSMB, soak.RSSGrowthMB, soak.Errors)
+	}
+	if found == 0 {
+		return fmt.Errorf("bench summary: no bench reports in %s", dir)
+	}
+	return tw.Flush()
+}
+
+// readReport decodes dir/name into v; a missing file reports false.
+func readReport(dir, name string, v any) (bool, error) {
+	b, err := os.ReadFile(filepath.Join(dir, name))
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return false, fmt.Errorf("bench summary %s: %w", name, err)
+	}
+	return true, nil
+}

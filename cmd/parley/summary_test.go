@@ -1,0 +1,40 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestBenchSummary(t *testing.T) {
+	dir := t.TempDir()
+	files := map[string]string{
+		"inference.json": `{"decoder":"cpu","prefill_tokens_per_sec":12000,"decode":[{"batch":1,"tokens_per_sec":5000,"fraction_of_sgemm":0.05}],"batch32_speedup":2.1}`,
+		"rollout.json":   `{"promote_ms":{"p50":43,"max":106},"steady_latency_ms":{"p95":58},"swap_latency_ms":{"p95":73},"requests":1306,"failed":0}`,
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out bytes.Buffer
+	if err := writeBenchSummary(&out, dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"decode tokens/s, batch 1", "5000 (5.0 % of sgemm)", "batch-32 / batch-1", "43 / 106 ms", "0 of 1306"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("summary lacks %q:\n%s", want, out.String())
+		}
+	}
+	if err := writeBenchSummary(&out, t.TempDir()); err == nil {
+		t.Error("summary of an empty dir succeeded; want an error")
+	}
+	if err := os.WriteFile(filepath.Join(dir, "gateway.json"), []byte("{"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeBenchSummary(&out, dir); err == nil || !strings.Contains(err.Error(), "gateway.json") {
+		t.Errorf("summary with a broken gateway.json = %v; want an error naming it", err)
+	}
+}
