@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/parleyhq/parley/schema"
+	"gonum.org/v1/gonum/mathext"
 )
 
 // lengths plays n seeded sessions of the population against NPCs of quality
@@ -53,7 +54,7 @@ func TestTopicFollowingNPCKeepsPlayersLonger(t *testing.T) {
 
 func TestStatsHelpers(t *testing.T) {
 	// Student's t: P(|T| > 2) with 10 degrees of freedom is 0.07339.
-	if p := regIncBeta(5, 0.5, 10.0/(10+4)); math.Abs(p-0.073388) > 1e-5 {
+	if p := mathext.RegIncBeta(5, 0.5, 10.0/(10+4)); math.Abs(p-0.073388) > 1e-5 {
 		t.Errorf("two-sided p(t=2, df=10) = %.6f; want 0.073388", p)
 	}
 	u, _, p := mannWhitney([]float64{1, 2, 3, 4, 5, 6, 7, 8}, []float64{9, 10, 11, 12, 13, 14, 15, 16})

@@ -3,6 +3,8 @@ package simulator
 import (
 	"math"
 	"slices"
+
+	"gonum.org/v1/gonum/mathext"
 )
 
 // meanVar returns the mean and the unbiased variance of xs.
@@ -27,7 +29,7 @@ func welch(a, b []float64) (t, df, p float64) {
 	sa, sb := va/float64(len(a)), vb/float64(len(b))
 	t = (ma - mb) / math.Sqrt(sa+sb)
 	df = (sa + sb) * (sa + sb) / (sa*sa/float64(len(a)-1) + sb*sb/float64(len(b)-1))
-	p = regIncBeta(df/2, 0.5, df/(df+t*t))
+	p = mathext.RegIncBeta(df/2, 0.5, df/(df+t*t))
 	return t, df, p
 }
 
@@ -85,63 +87,4 @@ func cmpFloat(x, y float64) int {
 		return 1
 	}
 	return 0
-}
-
-// regIncBeta is the regularized incomplete beta function I_x(a, b), by the
-// continued fraction of Numerical Recipes (betacf).
-func regIncBeta(a, b, x float64) float64 {
-	if x <= 0 {
-		return 0
-	}
-	if x >= 1 {
-		return 1
-	}
-	la, _ := math.Lgamma(a + b)
-	lb, _ := math.Lgamma(a)
-	lc, _ := math.Lgamma(b)
-	front := math.Exp(la - lb - lc + a*math.Log(x) + b*math.Log(1-x))
-	if x > (a+1)/(a+b+2) {
-		return 1 - front*betaCF(b, a, 1-x)/b
-	}
-	return front * betaCF(a, b, x) / a
-}
-
-func betaCF(a, b, x float64) float64 {
-	const eps, tiny = 1e-15, 1e-300
-	c, d := 1.0, 1-(a+b)*x/(a+1)
-	if math.Abs(d) < tiny {
-		d = tiny
-	}
-	d = 1 / d
-	h := d
-	for m := 1; m <= 300; m++ {
-		fm := float64(m)
-		aa := fm * (b - fm) * x / ((a + 2*fm - 1) * (a + 2*fm))
-		d = 1 + aa*d
-		if math.Abs(d) < tiny {
-			d = tiny
-		}
-		c = 1 + aa/c
-		if math.Abs(c) < tiny {
-			c = tiny
-		}
-		d = 1 / d
-		h *= d * c
-		aa = -(a + fm) * (a + b + fm) * x / ((a + 2*fm) * (a + 2*fm + 1))
-		d = 1 + aa*d
-		if math.Abs(d) < tiny {
-			d = tiny
-		}
-		c = 1 + aa/c
-		if math.Abs(c) < tiny {
-			c = tiny
-		}
-		d = 1 / d
-		del := d * c
-		h *= del
-		if math.Abs(del-1) < eps {
-			break
-		}
-	}
-	return h
 }
