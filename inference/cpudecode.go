@@ -237,6 +237,65 @@ func (d *cpuDecoder) prefill(rows []int, prompts [][]int) ([]float32, error) {
 	return out, nil
 }
 
+// logitsFrom runs each sequence from position 0 in a row of its own and
+// returns, per sequence, the next-token logits after each of its positions
+// from on, [(len(seq)−from) × V]. The cache is resized only when the
+// batch outgrows it: every position a sequence reads is written first.
+func (d *cpuDecoder) logitsFrom(seqs [][]int, from int) ([][]float32, error) {
+	longest := 0
+	for _, s := range seqs {
+		if len(s) <= from || len(s) > d.cfg.MaxSeq {
+			return nil, fmt.Errorf("score %d tokens from position %d within %d: %w", len(s), from, d.cfg.MaxSeq, ErrTooLong)
+		}
+		longest = max(longest, len(s))
+	}
+	if d.k == nil || d.rows < len(seqs) || d.length < longest {
+		src := make([]int, max(len(seqs), d.rows))
+		for i := range src {
+			src[i] = -1
+		}
+		if err := d.resize(src, len(src), max(longest, d.length)); err != nil {
+			return nil, fmt.Errorf("score: %w", err)
+		}
+	}
+	if err := d.prepare(); err != nil {
+		return nil, fmt.Errorf("score: %w", err)
+	}
+	var toks, rows, pos, sel []int
+	for r, s := range seqs {
+		for i, id := range s {
+			if i >= from {
+				sel = append(sel, len(toks))
+			}
+			toks, rows, pos = append(toks, id), append(rows, r), append(pos, i)
+		}
+	}
+	V := d.cfg.VocabSize
+	logits := make([]float32, len(sel)*V)
+	d.forward(toks, rows, pos, sel, logits)
+	out := make([][]float32, len(seqs))
+	at := 0
+	for r, s := range seqs {
+		n := (len(s) - from) * V
+		out[r] = logits[at : at+n]
+		at += n
+	}
+	return out, nil
+}
+
+// logSoftmaxOf returns log softmax(logits)[id].
+func logSoftmaxOf(logits []float32, id int) float32 {
+	top := logits[0]
+	for _, v := range logits {
+		top = max(top, v)
+	}
+	sum := 0.0
+	for _, v := range logits {
+		sum += math.Exp(float64(v - top))
+	}
+	return float32(float64(logits[id]-top) - math.Log(sum))
+}
+
 func (d *cpuDecoder) step(tokens, positions []int32, active []bool) ([]float32, error) {
 	if len(tokens) != d.rows || len(positions) != d.rows || len(active) != d.rows || d.k == nil {
 		return nil, fmt.Errorf("step %d tokens, %d positions, %d flags for %d rows", len(tokens), len(positions), len(active), d.rows)

@@ -130,6 +130,10 @@ type Engine struct {
 	met    *engineMetrics
 	dec    decoder
 	stop   []int // default stop tokens
+	// scorer runs Score on the CPU decoder's arithmetic with a cache of
+	// its own (nil on the GoMLX decoder); scoreMu serialises its use.
+	scorer  *cpuDecoder
+	scoreMu sync.Mutex
 
 	mu      sync.RWMutex // guards closed against Generate's send
 	closed  bool
@@ -171,6 +175,9 @@ func NewEngine(m *Model, tok *Tokenizer, cfg EngineConfig, logger *slog.Logger) 
 	}
 	if id, ok := tok.TokenID(TokEnd); ok {
 		e.stop = []int{id}
+	}
+	if _, ok := e.dec.(*cpuDecoder); ok {
+		e.scorer = newCPUDecoder(m)
 	}
 	return e, nil
 }
@@ -582,7 +589,9 @@ func (e *Engine) endJob(j *job, res Result, err error) {
 
 // Score returns, for each continuation, the log-probability of each of its
 // tokens after prompt and the continuation's preceding tokens. Scoring runs
-// in the caller's goroutine, batched ScoreBatch sequences at a time.
+// in the caller's goroutine, batched ScoreBatch sequences at a time. On the
+// CPU decoder, continuations that differ only in their last token (the
+// user agent's [Continue] and [Terminate]) share one pass.
 func (e *Engine) Score(ctx context.Context, prompt []int, continuations [][]int) ([][]float32, error) {
 	e.mu.RLock()
 	closed := e.closed
@@ -593,6 +602,34 @@ func (e *Engine) Score(ctx context.Context, prompt []int, continuations [][]int)
 	if len(prompt) == 0 {
 		return nil, errors.New("score: empty prompt")
 	}
+	for _, c := range continuations {
+		if len(c) == 0 {
+			continue
+		}
+		if len(prompt)+len(c) > e.maxSeq {
+			return nil, fmt.Errorf("score: %d tokens exceed %d: %w", len(prompt)+len(c), e.maxSeq, ErrTooLong)
+		}
+		for _, id := range slices.Concat(prompt, c) {
+			if id < 0 || id >= e.m.cfg.VocabSize {
+				return nil, fmt.Errorf("score: token id %d outside vocabulary of %d", id, e.m.cfg.VocabSize)
+			}
+		}
+	}
+	var out [][]float32
+	var err error
+	if e.scorer != nil {
+		out, err = e.scoreCPU(ctx, prompt, continuations)
+	} else {
+		out, err = e.scoreGoMLX(ctx, prompt, continuations)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("score: %w", err)
+	}
+	return out, nil
+}
+
+// scoreGoMLX scores whole sequences with the model's log-prob graph.
+func (e *Engine) scoreGoMLX(ctx context.Context, prompt []int, continuations [][]int) ([][]float32, error) {
 	out := make([][]float32, len(continuations))
 	var seqs [][]int
 	var which []int
@@ -614,28 +651,76 @@ func (e *Engine) Score(ctx context.Context, prompt []int, continuations [][]int)
 		return nil
 	}
 	for i, c := range continuations {
+		out[i] = []float32{}
 		if len(c) == 0 {
-			out[i] = []float32{}
 			continue
 		}
-		seq := append(slices.Clone(prompt), c...)
-		for _, id := range seq {
-			if id < 0 || id >= e.m.cfg.VocabSize {
-				return nil, fmt.Errorf("score: token id %d outside vocabulary of %d", id, e.m.cfg.VocabSize)
-			}
-		}
-		if len(seq) > e.maxSeq {
-			return nil, fmt.Errorf("score: %d tokens exceed %d: %w", len(seq), e.maxSeq, ErrTooLong)
-		}
-		seqs, which = append(seqs, seq), append(which, i)
+		seqs, which = append(seqs, slices.Concat(prompt, c)), append(which, i)
 		if len(seqs) == e.cfg.ScoreBatch {
 			if err := flush(); err != nil {
-				return nil, fmt.Errorf("score: %w", err)
+				return nil, err
 			}
 		}
 	}
 	if err := flush(); err != nil {
-		return nil, fmt.Errorf("score: %w", err)
+		return nil, err
+	}
+	return out, nil
+}
+
+// scoreCPU runs prompt + c[:len(c)-1] once per distinct such sequence, up
+// to ScoreBatch sequences per pass, and reads each continuation token's
+// log-probability from the logits before it.
+func (e *Engine) scoreCPU(ctx context.Context, prompt []int, continuations [][]int) ([][]float32, error) {
+	out := make([][]float32, len(continuations))
+	type run struct {
+		seq   []int
+		conts []int // indices of the continuations it scores
+	}
+	var runs []*run
+	byKey := map[string]*run{}
+	for i, c := range continuations {
+		out[i] = []float32{}
+		if len(c) == 0 {
+			continue
+		}
+		key := fmt.Sprint(c[:len(c)-1])
+		r, ok := byKey[key]
+		if !ok {
+			r = &run{seq: slices.Concat(prompt, c[:len(c)-1])}
+			byKey[key] = r
+			runs = append(runs, r)
+		}
+		r.conts = append(r.conts, i)
+	}
+	e.scoreMu.Lock()
+	defer e.scoreMu.Unlock()
+	defer e.scorer.close() // its helper goroutines and cache live for one call
+	V := e.m.cfg.VocabSize
+	from := len(prompt) - 1
+	for lo := 0; lo < len(runs); lo += e.cfg.ScoreBatch {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		chunk := runs[lo:min(lo+e.cfg.ScoreBatch, len(runs))]
+		seqs := make([][]int, len(chunk))
+		for k, r := range chunk {
+			seqs[k] = r.seq
+		}
+		logits, err := e.scorer.logitsFrom(seqs, from)
+		if err != nil {
+			return nil, err
+		}
+		for k, r := range chunk {
+			rows := logits[k]
+			for _, i := range r.conts {
+				lp := make([]float32, len(continuations[i]))
+				for t, id := range continuations[i] {
+					lp[t] = logSoftmaxOf(rows[t*V:(t+1)*V], id)
+				}
+				out[i] = lp
+			}
+		}
 	}
 	return out, nil
 }

@@ -248,30 +248,42 @@ func TestEngineStopToken(t *testing.T) {
 	}
 }
 
+// TestEngineScore checks Score against the model's full forward pass on
+// each decoder, with continuations that share all but their last token
+// (scored in one pass on the CPU decoder), an empty one and a repeat.
 func TestEngineScore(t *testing.T) {
 	m, tok := tinyChatModel(t, 64)
-	e := startEngine(t, m, tok, EngineConfig{MaxBatch: 2, QueueSize: 2, ScoreBatch: 2, PrefillBatch: 4})
 	prompt := tok.Encode("<|user|>Where is the dragon?<|end|><|npc|>")
-	conts := [][]int{tok.Encode("Ask the guard."), {}, tok.Encode("[Terminate]"), tok.Encode("The inn")}
-	got, err := e.Score(context.Background(), prompt, conts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, c := range conts {
-		if len(got[i]) != len(c) {
-			t.Fatalf("continuation %d: %d log-probs; want %d", i, len(got[i]), len(c))
-		}
-		seq := slices.Clone(prompt)
-		for j, id := range c {
-			l, err := m.LastLogits([][]int{seq})
+	conts := [][]int{tok.Encode("Ask the guard."), {}, tok.Encode("[Terminate]"), tok.Encode("[Continue]"),
+		tok.Encode("The inn"), tok.Encode("Ask the guard."), append(tok.Encode("Ask the guard"), tok.Encode("!")...)}
+	for _, decoder := range []string{DecoderCPU, DecoderGoMLX} {
+		e := startEngine(t, m, tok, EngineConfig{MaxBatch: 2, QueueSize: 2, ScoreBatch: 2, PrefillBatch: 4, Decoder: decoder})
+		for range 2 { // the second call reuses the CPU scorer's state
+			got, err := e.Score(context.Background(), prompt, conts)
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := logSoftmaxAt(l[0], id)
-			if d := math.Abs(float64(got[i][j] - want)); d > 1e-4 {
-				t.Errorf("continuation %d token %d: log p = %g; want %g", i, j, got[i][j], want)
+			for i, c := range conts {
+				if len(got[i]) != len(c) {
+					t.Fatalf("%s: continuation %d: %d log-probs; want %d", decoder, i, len(got[i]), len(c))
+				}
+				seq := slices.Clone(prompt)
+				for j, id := range c {
+					l, err := m.LastLogits([][]int{seq})
+					if err != nil {
+						t.Fatal(err)
+					}
+					want := logSoftmaxAt(l[0], id)
+					if d := math.Abs(float64(got[i][j] - want)); d > 1e-4 {
+						t.Errorf("%s: continuation %d token %d: log p = %g; want %g", decoder, i, j, got[i][j], want)
+					}
+					seq = append(seq, id)
+				}
 			}
-			seq = append(seq, id)
+		}
+		long := make([]int, m.Config().MaxSeq)
+		if _, err := e.Score(context.Background(), prompt, [][]int{long}); !errors.Is(err, ErrTooLong) {
+			t.Errorf("%s: a continuation past the context: %v; want ErrTooLong", decoder, err)
 		}
 	}
 }
