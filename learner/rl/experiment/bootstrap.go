@@ -164,8 +164,12 @@ func sftConfig(p Profile, role learner.Role, dataDir string, maxSeq int) learner
 	c.VocabSize = p.VocabSize
 	c.Train.LearningRate = p.SFTLR
 	c.Steps, c.BatchSize = p.SFTSteps, p.SFTBatch
-	c.CheckpointEvery = max(p.SFTSteps, 1)
+	if role == learner.RoleUser {
+		c.Steps = p.UserAgentSFTSteps
+	}
+	c.CheckpointEvery = max(c.Steps, 1)
 	c.MaxTurns = p.MaxTurns
+	c.DecisionWeight = p.DecisionWeight
 	c.UserAgent.Lambda = p.RL.Lambda
 	c.UserAgent.Sampling.MaxTokens = p.UserAgentTokens
 	c.SkipEvalBefore = true

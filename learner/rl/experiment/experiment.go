@@ -198,8 +198,9 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) (*Results, error)
 	}
 	res := &Results{Profile: prof, Seeds: cfg.Seeds, TrainOn: cmp.Or(cfg.TrainOn, TrainOnUserAgent), Variants: variants, Bootstrap: *boot, Probes: probes, SFTSeconds: time.Since(start).Seconds()}
 	done := previousRows(cfg.OutDir, prof, res.TrainOn)
-	for _, v := range res.Variants {
-		for seed := 1; seed <= cfg.Seeds; seed++ {
+	// Seed by seed, so that an interrupted run already holds every variant.
+	for seed := 1; seed <= cfg.Seeds; seed++ {
+		for _, v := range res.Variants {
 			if row, ok := done[rowKey{v.Name, seed}]; ok {
 				logger.Info("experiment row kept from the previous run", "variant", v.Name, "seed", seed)
 				res.Rows = append(res.Rows, row)
