@@ -19,7 +19,7 @@ the user agent. Writes DIR/results.md, DIR/results.csv and PNG charts: the analo
 paper's Table 3 (PPL, Dist-1, Dist-2, Avg.r, Avg.L, mean ± std over seeds), Table 5
 (ablations), Table 6 (seconds per RL step, peak memory, nodes per tree beside the formula S)
 and Figure 5 (Avg.r and Avg.L over steps). Finished variants are kept in DIR, so an
-interrupted run resumes. Profiles: tiny (minutes), small (about 90 minutes on 2 cores),
+interrupted run resumes. Profiles: tiny (minutes), small (about an hour on 2 cores),
 paper (the paper's sizes).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -30,6 +30,7 @@ paper (the paper's sizes).`,
 			if err != nil {
 				return err
 			}
+			cfg.Progress = cmd.ErrOrStderr()
 			res, err := experiment.Run(cmd.Context(), cfg, tel.Logger)
 			if err != nil {
 				return err

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"os"
@@ -45,6 +46,9 @@ type Config struct {
 	// an oracle user agent (a diagnostic: what RL reaches when the
 	// environment is faithful).
 	TrainOn string `json:"train_on,omitempty"`
+	// Progress, when set, receives the SFT progress bars (loss, tokens/s,
+	// ETA); rows are logged with their count, elapsed time and ETA.
+	Progress io.Writer `json:"-"`
 }
 
 // RL environments of Config.TrainOn.
@@ -182,7 +186,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) (*Results, error)
 	if err := os.MkdirAll(cfg.OutDir, 0o755); err != nil {
 		return nil, fmt.Errorf("experiment: %w", err)
 	}
-	e, boot, stopUA, err := bootstrap(ctx, prof, cfg.OutDir, logger)
+	e, boot, stopUA, err := bootstrap(ctx, prof, cfg.OutDir, cfg.Progress, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -198,6 +202,8 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) (*Results, error)
 	}
 	res := &Results{Profile: prof, Seeds: cfg.Seeds, TrainOn: cmp.Or(cfg.TrainOn, TrainOnUserAgent), Variants: variants, Bootstrap: *boot, Probes: probes, SFTSeconds: time.Since(start).Seconds()}
 	done := previousRows(cfg.OutDir, prof, res.TrainOn)
+	total, ran := cfg.Seeds*len(res.Variants), 0
+	rowsStart := time.Now()
 	// Seed by seed, so that an interrupted run already holds every variant.
 	for seed := 1; seed <= cfg.Seeds; seed++ {
 		for _, v := range res.Variants {
@@ -215,8 +221,12 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) (*Results, error)
 			if err := WriteReport(cfg.OutDir, res); err != nil {
 				return nil, err
 			}
+			ran++
+			perRow := time.Since(rowsStart) / time.Duration(ran)
 			logger.Info("experiment row", "variant", v.Name, "seed", seed, "avg_l", row.AvgL, "avg_r", row.AvgR,
-				"ua_avg_l", row.UAAvgL, "ua_avg_r", row.UAAvgR, "ppl", row.PPL, "sec_per_step", row.SecPerStep)
+				"ua_avg_l", row.UAAvgL, "ua_avg_r", row.UAAvgR, "ppl", row.PPL, "sec_per_step", row.SecPerStep,
+				"rows", fmt.Sprintf("%d/%d", len(res.Rows), total), "elapsed", time.Since(start).Round(time.Second),
+				"eta", (perRow * time.Duration(total-len(res.Rows))).Round(time.Second))
 		}
 	}
 	res.Seconds = time.Since(start).Seconds()
@@ -319,7 +329,7 @@ func startEngine(m *inference.Model, tok *inference.Tokenizer, logger *slog.Logg
 // agent with learner.TrainSFT on the non-held-out players (the dialogue
 // agent is saved as the checkpoint every variant starts from) and serves
 // the user agent.
-func bootstrap(ctx context.Context, prof Profile, out string, logger *slog.Logger) (*env, *Bootstrap, func(), error) {
+func bootstrap(ctx context.Context, prof Profile, out string, progress io.Writer, logger *slog.Logger) (*env, *Bootstrap, func(), error) {
 	c, err := newCorpus(prof)
 	if err != nil {
 		return nil, nil, nil, err
@@ -329,11 +339,13 @@ func bootstrap(ctx context.Context, prof Profile, out string, logger *slog.Logge
 	// rerun into the same directory reuses both agents.
 	runs := filepath.Join(out, "sft")
 	npcCfg := sftConfig(prof, learner.RoleNPC, runs, prof.Model.MaxSeq)
+	npcCfg.Progress = progress
 	npc, err := learner.TrainSFT(ctx, npcCfg, c.train, logger)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("bootstrap dialogue agent: %w", err)
 	}
 	uaCfg := sftConfig(prof, learner.RoleUser, runs, prof.UserAgentMaxSeq)
+	uaCfg.Progress = progress
 	uaRes, err := learner.TrainSFT(ctx, uaCfg, c.train, logger)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("bootstrap user agent: %w", err)
