@@ -58,7 +58,7 @@ func TestATGRPORaisesAvgRWithPlayers(t *testing.T) { atgrpoRaisesAvgR(t, TrainOn
 func atgrpoRaisesAvgR(t *testing.T, trainOn string) {
 	p := TinyProfile()
 	p.Players, p.DialoguesPerPlayer, p.MaxTurns = 40, 4, 6
-	p.SFTSteps = 150
+	p.SFTSteps, p.UserAgentSFTSteps = 150, 150
 	p.RL.Steps, p.RL.Batch, p.RL.Workers = 12, 4, 4
 	p.RL.Update.Train.LearningRate = 1e-3
 	p.EvalPrompts, p.CurvePrompts, p.CurveEvery, p.EvalDepth = 32, 32, 4, 4
