@@ -602,17 +602,23 @@ func (e *Engine) Score(ctx context.Context, prompt []int, continuations [][]int)
 	if len(prompt) == 0 {
 		return nil, errors.New("score: empty prompt")
 	}
-	for _, c := range continuations {
-		if len(c) == 0 {
-			continue
+	inVocab := func(ids []int) error {
+		for _, id := range ids {
+			if id < 0 || id >= e.m.cfg.VocabSize {
+				return fmt.Errorf("score: token id %d outside vocabulary of %d", id, e.m.cfg.VocabSize)
+			}
 		}
-		if len(prompt)+len(c) > e.maxSeq {
+		return nil
+	}
+	if err := inVocab(prompt); err != nil {
+		return nil, err
+	}
+	for _, c := range continuations {
+		if len(c) > 0 && len(prompt)+len(c) > e.maxSeq {
 			return nil, fmt.Errorf("score: %d tokens exceed %d: %w", len(prompt)+len(c), e.maxSeq, ErrTooLong)
 		}
-		for _, id := range slices.Concat(prompt, c) {
-			if id < 0 || id >= e.m.cfg.VocabSize {
-				return nil, fmt.Errorf("score: token id %d outside vocabulary of %d", id, e.m.cfg.VocabSize)
-			}
+		if err := inVocab(c); err != nil {
+			return nil, err
 		}
 	}
 	var out [][]float32

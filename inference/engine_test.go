@@ -285,6 +285,9 @@ func TestEngineScore(t *testing.T) {
 		if _, err := e.Score(context.Background(), prompt, [][]int{long}); !errors.Is(err, ErrTooLong) {
 			t.Errorf("%s: a continuation past the context: %v; want ErrTooLong", decoder, err)
 		}
+		if _, err := e.Score(context.Background(), prompt, [][]int{{m.Config().VocabSize}}); err == nil {
+			t.Errorf("%s: a token id outside the vocabulary scored without an error", decoder)
+		}
 	}
 }
 
