@@ -262,6 +262,24 @@ func (e *Engine) Generate(ctx context.Context, req Request) (*Stream, error) {
 	}
 }
 
+// Start runs Run in a goroutine of its own. The returned stop cancels it,
+// closes the engine (generations still queued end with ErrClosed) and
+// waits for Run to return.
+func (e *Engine) Start() (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := e.Run(ctx); err != nil {
+			e.log.Error("engine stopped", "err", err)
+		}
+	})
+	return func() {
+		cancel()
+		_ = e.Close()
+		wg.Wait()
+	}
+}
+
 // Close stops the engine: Run returns, queued and running generations end
 // with ErrClosed, and later calls fail with ErrClosed.
 func (e *Engine) Close() error {

@@ -9,7 +9,6 @@ import (
 	"math"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/parleyhq/parley/inference"
 	"github.com/parleyhq/parley/schema"
@@ -200,7 +199,7 @@ func (ev evaluator) evaluate(ctx context.Context, m *inference.Model, tok *infer
 	}
 	met.PPL, met.Tokens = Perplexity(nll, n), n
 
-	eng, stop, err := startEngine(ctx, m, tok, ev.cfg.ScoreBatch, ev.logger)
+	eng, stop, err := startEngine(m, tok, ev.cfg.ScoreBatch, ev.logger)
 	if err != nil {
 		return Metrics{}, fmt.Errorf("evaluate: %w", err)
 	}
@@ -233,21 +232,14 @@ func (ev evaluator) evaluate(ctx context.Context, m *inference.Model, tok *infer
 
 // startEngine runs an inference engine on m until the returned stop is
 // called.
-func startEngine(ctx context.Context, m *inference.Model, tok *inference.Tokenizer, scoreBatch int, logger *slog.Logger) (*inference.Engine, func(), error) {
+func startEngine(m *inference.Model, tok *inference.Tokenizer, scoreBatch int, logger *slog.Logger) (*inference.Engine, func(), error) {
 	cfg := inference.DefaultEngineConfig()
 	cfg.ScoreBatch = scoreBatch
 	eng, err := inference.NewEngine(m, tok, cfg, logger)
 	if err != nil {
 		return nil, nil, err
 	}
-	rctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = eng.Run(rctx) })
-	return eng, func() {
-		cancel()
-		_ = eng.Close()
-		wg.Wait()
-	}, nil
+	return eng, eng.Start(), nil
 }
 
 // sumNLL returns the weighted negative log-likelihood of the instances and

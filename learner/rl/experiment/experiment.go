@@ -311,18 +311,7 @@ func startEngine(m *inference.Model, tok *inference.Tokenizer, logger *slog.Logg
 	if err != nil {
 		return nil, nil, err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := eng.Run(ctx); err != nil {
-			logger.Error("engine stopped", "err", err)
-		}
-	}()
-	return eng, func() {
-		cancel()
-		<-done
-	}, nil
+	return eng, eng.Start(), nil
 }
 
 // bootstrap builds the corpus, trains the dialogue agent and the user
