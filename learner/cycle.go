@@ -20,10 +20,6 @@ import (
 	"github.com/parleyhq/parley/simulator"
 )
 
-// CurvesFile is the training-curves file a cycle adds to the version it
-// publishes (the format the dashboard's admin.LocalCurves reads).
-const CurvesFile = "curves.json"
-
 // CycleConfig configures the periodic AT-GRPO cycle (DESIGN.md §1, §7):
 // every EverySessions new ended sessions, or every Every once MinSessions
 // arrived, it trains the serving policy for RL.Steps steps against the
@@ -155,8 +151,8 @@ type CycleResult struct {
 	Candidate  CycleEval `json:"candidate"`
 	ParentEval CycleEval `json:"parent_eval"`
 	Steps      []rl.StepStats
-	Curves     Curves  `json:"curves"`
-	Seconds    float64 `json:"seconds"`
+	Curves     schema.Curves `json:"curves"`
+	Seconds    float64       `json:"seconds"`
 }
 
 // CycleEval is Avg.L and Avg.r of one policy with both environments.
@@ -165,27 +161,6 @@ type CycleEval struct {
 	UAAvgR float64 `json:"ua_avg_r"`
 	GTAvgL float64 `json:"gt_avg_l"`
 	GTAvgR float64 `json:"gt_avg_r"`
-}
-
-// Curves are a version's training curves, in the JSON of the dashboard's
-// curves.json: one series per quantity over a common x axis.
-type Curves struct {
-	Model   string        `json:"model"`
-	Version string        `json:"version"`
-	X       string        `json:"x"`
-	Series  []CurveSeries `json:"series"`
-}
-
-// CurveSeries is one curve of Curves.
-type CurveSeries struct {
-	Name   string    `json:"name"`
-	Points []CurveXY `json:"points"`
-}
-
-// CurveXY is one point of a CurveSeries.
-type CurveXY struct {
-	X float64 `json:"x"`
-	Y float64 `json:"y"`
 }
 
 // cycleState is what the cycle loop remembers across restarts
@@ -386,15 +361,15 @@ func (c *Cycle) RunOnce(ctx context.Context) (*CycleResult, error) {
 		}
 		return e, nil
 	}
-	avgR := CurveSeries{Name: "avg_r"}
-	avgL := CurveSeries{Name: "avg_l"}
+	avgR := schema.CurveSeries{Name: "avg_r"}
+	avgL := schema.CurveSeries{Name: "avg_l"}
 	point := func(step int) error {
 		r, err := evaluate(nil, curve)
 		if err != nil {
 			return err
 		}
-		avgR.Points = append(avgR.Points, CurveXY{X: float64(step), Y: r.AvgR})
-		avgL.Points = append(avgL.Points, CurveXY{X: float64(step), Y: r.AvgL})
+		avgR.Points = append(avgR.Points, schema.CurvePoint{X: float64(step), Y: r.AvgR})
+		avgL.Points = append(avgL.Points, schema.CurvePoint{X: float64(step), Y: r.AvgL})
 		return nil
 	}
 	if res.ParentEval, err = both(); err != nil {
@@ -426,7 +401,7 @@ func (c *Cycle) RunOnce(ctx context.Context) (*CycleResult, error) {
 	if res.Candidate, err = both(); err != nil {
 		return nil, fmt.Errorf("at-grpo cycle: evaluate candidate: %w", err)
 	}
-	res.Curves = Curves{Model: c.cfg.Model, X: "step", Series: []CurveSeries{avgR, avgL}}
+	res.Curves = schema.Curves{Model: c.cfg.Model, X: "step", Series: []schema.CurveSeries{avgR, avgL}}
 	res.Published = true
 	if c.cfg.Gate != nil {
 		res.Published, res.GateReason = c.cfg.Gate(res.Candidate, res.ParentEval)
@@ -577,12 +552,12 @@ func (c *Cycle) publish(ctx context.Context, reg *registry.Local, res *CycleResu
 
 // addCurves writes curves.json into a saved checkpoint and lists it, with
 // its sha256, in the checkpoint's manifest.
-func addCurves(dir string, cv Curves) error {
+func addCurves(dir string, cv schema.Curves) error {
 	raw, err := json.MarshalIndent(cv, "", "  ")
 	if err != nil {
 		return err
 	}
-	if err := writeFileSync(filepath.Join(dir, CurvesFile), raw); err != nil {
+	if err := writeFileSync(filepath.Join(dir, schema.CurvesFile), raw); err != nil {
 		return err
 	}
 	mpath := filepath.Join(dir, inference.ManifestFile)
@@ -595,7 +570,7 @@ func addCurves(dir string, cv Curves) error {
 		return fmt.Errorf("add curves: %w", err)
 	}
 	sum := sha256.Sum256(raw)
-	man.Files[CurvesFile] = hex.EncodeToString(sum[:])
+	man.Files[schema.CurvesFile] = hex.EncodeToString(sum[:])
 	out, err := json.MarshalIndent(man, "", "  ")
 	if err != nil {
 		return err
@@ -614,12 +589,5 @@ func cycleEngine(m *inference.Model, tok *inference.Tokenizer, logger *slog.Logg
 	if err != nil {
 		return nil, nil, err
 	}
-	rctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = eng.Run(rctx) })
-	return eng, func() {
-		cancel()
-		_ = eng.Close()
-		wg.Wait()
-	}, nil
+	return eng, eng.Start(), nil
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/parleyhq/parley/inference/registry"
+	"github.com/parleyhq/parley/schema"
 	"github.com/parleyhq/parley/simulator"
 )
 
@@ -136,14 +137,14 @@ func TestCyclePublishesCandidateWithMetricsAndCurves(t *testing.T) {
 	if l := man.Metrics["avg_l"]; l < 1 || l > float64(cfg.EvalDepth) {
 		t.Errorf("avg_l = %g; want within [1, %d]", l, cfg.EvalDepth)
 	}
-	if _, ok := man.Files[CurvesFile]; !ok {
-		t.Fatalf("manifest files %v lack %s", man.Files, CurvesFile)
+	if _, ok := man.Files[schema.CurvesFile]; !ok {
+		t.Fatalf("manifest files %v lack %s", man.Files, schema.CurvesFile)
 	}
-	raw, err := os.ReadFile(filepath.Join(reg.Dir("npc", "v2"), CurvesFile))
+	raw, err := os.ReadFile(filepath.Join(reg.Dir("npc", "v2"), schema.CurvesFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cv Curves
+	var cv schema.Curves
 	if err := json.Unmarshal(raw, &cv); err != nil {
 		t.Fatal(err)
 	}

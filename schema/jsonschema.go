@@ -25,6 +25,7 @@ func wireTypes() map[string]any {
 		"rollout_state.json":            RolloutState{},
 		"canary_request.json":           CanaryRequest{},
 		"rollout_change.json":           RolloutChange{},
+		"curves.json":                   Curves{},
 	}
 }
 

@@ -92,8 +92,8 @@ func (c *Client) Manifest(ctx context.Context, version string) (schema.Manifest,
 }
 
 // Curves returns the training curves of one version.
-func (c *Client) Curves(ctx context.Context, version string) (Curves, error) {
-	var out Curves
+func (c *Client) Curves(ctx context.Context, version string) (schema.Curves, error) {
+	var out schema.Curves
 	return out, c.do(ctx, http.MethodGet, "/models/"+url.PathEscape(version)+"/curves", nil, nil, &out)
 }
 

@@ -144,7 +144,7 @@ func BearerAuth(keys map[string]string) echo.MiddlewareFunc {
 
 // PublishVersion publishes a version of Model whose files are a small
 // config and fake weights, plus curves.json when curves is not nil.
-func PublishVersion(t testing.TB, reg *registry.Local, version, parent string, created time.Time, metrics map[string]float64, curves *admin.Curves) schema.Manifest {
+func PublishVersion(t testing.TB, reg *registry.Local, version, parent string, created time.Time, metrics map[string]float64, curves *schema.Curves) schema.Manifest {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), version)
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -159,7 +159,7 @@ func PublishVersion(t testing.TB, reg *registry.Local, version, parent string, c
 		if err != nil {
 			t.Fatal(err)
 		}
-		files[admin.CurvesFile] = raw
+		files[schema.CurvesFile] = raw
 	}
 	m := schema.Manifest{
 		Model: Model, Version: version, Parent: parent, Algorithm: "at-grpo", Metrics: metrics,
@@ -189,17 +189,17 @@ func PublishVersion(t testing.TB, reg *registry.Local, version, parent string, c
 
 // SyntheticCurves returns loss and Avg.L curves over 200 steps whose Avg.L
 // approaches final; seed varies the noise.
-func SyntheticCurves(seed uint64, final float64) *admin.Curves {
+func SyntheticCurves(seed uint64, final float64) *schema.Curves {
 	rng := rand.New(rand.NewPCG(seed, 7))
-	cv := &admin.Curves{X: "step"}
-	var loss, avgL admin.Series
+	cv := &schema.Curves{X: "step"}
+	var loss, avgL schema.CurveSeries
 	loss.Name, avgL.Name = "loss", "avg_l"
 	for step := 0; step <= 200; step += 10 {
 		f := math.Exp(-float64(step) / 60)
-		loss.Points = append(loss.Points, admin.CurvePoint{X: float64(step), Y: 1.2 + 1.8*f + 0.05*rng.NormFloat64()})
-		avgL.Points = append(avgL.Points, admin.CurvePoint{X: float64(step), Y: final - 2*f + 0.1*rng.NormFloat64()})
+		loss.Points = append(loss.Points, schema.CurvePoint{X: float64(step), Y: 1.2 + 1.8*f + 0.05*rng.NormFloat64()})
+		avgL.Points = append(avgL.Points, schema.CurvePoint{X: float64(step), Y: final - 2*f + 0.1*rng.NormFloat64()})
 	}
-	cv.Series = []admin.Series{loss, avgL}
+	cv.Series = []schema.CurveSeries{loss, avgL}
 	return cv
 }
 
