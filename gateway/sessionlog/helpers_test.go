@@ -1,7 +1,6 @@
 package sessionlog
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -15,32 +14,15 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/parleyhq/parley/internal/testenv"
 	"github.com/parleyhq/parley/schema"
 )
-
-// syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // harness is one Logger under test with its metrics and logs.
 type harness struct {
 	*Logger
 	metrics *sdkmetric.ManualReader
-	logs    *syncBuffer
+	logs    *testenv.LogBuffer
 }
 
 func testConfig(brokers []string, topic, dir string) Config {
@@ -59,7 +41,7 @@ func testConfig(brokers []string, topic, dir string) Config {
 // closes it first.
 func newHarness(t testing.TB, cfg Config) *harness {
 	t.Helper()
-	h := &harness{metrics: sdkmetric.NewManualReader(), logs: &syncBuffer{}}
+	h := &harness{metrics: sdkmetric.NewManualReader(), logs: &testenv.LogBuffer{}}
 	meter := sdkmetric.NewMeterProvider(sdkmetric.WithReader(h.metrics)).Meter("sessionlog-test")
 	log := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	l, err := New(cfg, log, meter, nil)

@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -86,30 +85,6 @@ func bootstrap(t *testing.T, ctx context.Context, dir, registryRoot string) {
 	}
 }
 
-// syncBuffer is a log sink the test greps while the processes write.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) lines(substr string) []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []string
-	for _, l := range strings.Split(b.buf.String(), "\n") {
-		if strings.Contains(l, substr) {
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
 // waitFor polls cond every half second until it holds or d passes.
 func waitFor(t *testing.T, ctx context.Context, d time.Duration, what string, cond func() bool) {
 	t.Helper()
@@ -139,7 +114,7 @@ func TestClosedLoop(t *testing.T) {
 	bootstrap(t, ctx, dir, registryRoot)
 	t.Logf("bootstrap done after %.0fs", time.Since(began).Seconds())
 
-	logs := &syncBuffer{}
+	logs := &testenv.LogBuffer{}
 	tcfg := telemetry.DefaultConfig()
 	tel, err := telemetry.New(ctx, tcfg, logs)
 	if err != nil {
@@ -147,7 +122,7 @@ func TestClosedLoop(t *testing.T) {
 	}
 	defer func() {
 		if t.Failed() {
-			for _, l := range logs.lines("level=ERROR") {
+			for _, l := range logs.Lines("level=ERROR") {
 				t.Log(l)
 			}
 		}
@@ -363,7 +338,7 @@ func TestClosedLoop(t *testing.T) {
 		}
 	}
 	t.Logf("final rollout: stable %s, state %s; loop took %.0fs", st.Stable, st.State, time.Since(began).Seconds())
-	for _, l := range slices.Concat(logs.lines("user-agent refresh done"), logs.lines("at-grpo cycle published"), logs.lines("watchdog")) {
+	for _, l := range slices.Concat(logs.Lines("user-agent refresh done"), logs.Lines("at-grpo cycle published"), logs.Lines("watchdog")) {
 		t.Log(l)
 	}
 }

@@ -2,7 +2,6 @@ package securitytest
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -37,29 +35,11 @@ type env struct {
 	rds    *testenv.Redis
 	kafka  *testenv.Kafka
 	topic  string
-	logs   *lockedBuffer
+	logs   *testenv.LogBuffer
 
 	// Keys: a game client, a second game client, live-ops, admin, and a
 	// key that was revoked.
 	game, rival, ops, admin, revoked string
-}
-
-// lockedBuffer collects the gateway's log lines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // startGateway runs gatewayd.Run until the test ends and waits for /readyz.
@@ -81,7 +61,7 @@ func startGateway(t *testing.T) *env {
 	cfg.Instance = "gw-sec"
 	testenv.PublishTinyModel(t, cfg.Registry, "npc", "v1")
 
-	logs := &lockedBuffer{}
+	logs := &testenv.LogBuffer{}
 	tel, err := telemetry.New(ctx, telemetry.DefaultConfig(), logs)
 	if err != nil {
 		t.Fatal(err)
