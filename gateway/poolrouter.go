@@ -6,8 +6,8 @@ import (
 	"fmt"
 
 	"github.com/parleyhq/parley/gateway/modelpool"
-	"github.com/parleyhq/parley/gateway/rollout"
 	"github.com/parleyhq/parley/inference"
+	"github.com/parleyhq/parley/rollout"
 )
 
 // PoolRouter routes new sessions by the rollout state that pool serves:

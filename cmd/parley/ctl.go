@@ -15,7 +15,7 @@ import (
 
 	"github.com/parleyhq/parley/gateway"
 	"github.com/parleyhq/parley/gateway/admin"
-	"github.com/parleyhq/parley/learner/abtest"
+	"github.com/parleyhq/parley/rollout/abtest"
 	"github.com/parleyhq/parley/schema"
 )
 

@@ -13,7 +13,7 @@ import (
 
 	"github.com/parleyhq/parley/gateway/admin"
 	"github.com/parleyhq/parley/gateway/admin/admintest"
-	"github.com/parleyhq/parley/learner/abtest"
+	"github.com/parleyhq/parley/rollout/abtest"
 	"github.com/parleyhq/parley/schema"
 )
 

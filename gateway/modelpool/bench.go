@@ -14,9 +14,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/parleyhq/parley/gateway/rollout"
 	"github.com/parleyhq/parley/inference"
 	"github.com/parleyhq/parley/inference/registry"
+	"github.com/parleyhq/parley/rollout"
 	"github.com/parleyhq/parley/schema"
 )
 

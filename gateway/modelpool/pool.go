@@ -19,7 +19,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/parleyhq/parley/gateway/rollout"
+	"github.com/parleyhq/parley/rollout"
 	"github.com/parleyhq/parley/schema"
 )
 

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/parleyhq/parley/gateway"
-	"github.com/parleyhq/parley/gateway/rollout"
 	"github.com/parleyhq/parley/internal/testenv"
+	"github.com/parleyhq/parley/rollout"
 )
 
 // TestCorruptCheckpointRefused publishes versions whose weights are then

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/parleyhq/parley/gateway"
-	"github.com/parleyhq/parley/gateway/rollout"
 	"github.com/parleyhq/parley/internal/testenv"
+	"github.com/parleyhq/parley/rollout"
 )
 
 // durableRedis is a redis-server that keeps its data in an append-only file

@@ -18,12 +18,12 @@ import (
 	"github.com/parleyhq/parley/gateway"
 	"github.com/parleyhq/parley/gateway/admin"
 	"github.com/parleyhq/parley/gateway/modelpool"
-	"github.com/parleyhq/parley/gateway/rollout"
 	"github.com/parleyhq/parley/gateway/sessionlog"
 	"github.com/parleyhq/parley/inference"
 	"github.com/parleyhq/parley/inference/registry"
 	"github.com/parleyhq/parley/internal/telemetry"
-	"github.com/parleyhq/parley/learner/abtest"
+	"github.com/parleyhq/parley/rollout"
+	"github.com/parleyhq/parley/rollout/abtest"
 )
 
 // Config is everything one gateway process needs.

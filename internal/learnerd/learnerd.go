@@ -15,10 +15,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/parleyhq/parley/gateway/rollout"
 	"github.com/parleyhq/parley/internal/telemetry"
 	"github.com/parleyhq/parley/learner"
-	"github.com/parleyhq/parley/learner/abtest"
+	"github.com/parleyhq/parley/rollout"
+	"github.com/parleyhq/parley/rollout/abtest"
 )
 
 // Config is everything one learner process needs.

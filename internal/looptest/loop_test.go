@@ -18,14 +18,14 @@ import (
 
 	"github.com/parleyhq/parley/gateway"
 	"github.com/parleyhq/parley/gateway/admin"
-	"github.com/parleyhq/parley/gateway/rollout"
 	"github.com/parleyhq/parley/inference/registry"
 	"github.com/parleyhq/parley/internal/gatewayd"
 	"github.com/parleyhq/parley/internal/learnerd"
 	"github.com/parleyhq/parley/internal/telemetry"
 	"github.com/parleyhq/parley/internal/testenv"
 	"github.com/parleyhq/parley/learner"
-	"github.com/parleyhq/parley/learner/abtest"
+	"github.com/parleyhq/parley/rollout"
+	"github.com/parleyhq/parley/rollout/abtest"
 	"github.com/parleyhq/parley/schema"
 	"github.com/parleyhq/parley/simulator"
 )

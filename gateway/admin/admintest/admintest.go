@@ -23,10 +23,10 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/parleyhq/parley/gateway/admin"
-	"github.com/parleyhq/parley/gateway/rollout"
 	"github.com/parleyhq/parley/inference/registry"
 	"github.com/parleyhq/parley/internal/testenv"
-	"github.com/parleyhq/parley/learner/abtest"
+	"github.com/parleyhq/parley/rollout"
+	"github.com/parleyhq/parley/rollout/abtest"
 	"github.com/parleyhq/parley/schema"
 )
 

@@ -2,7 +2,7 @@
 """Reference values for abtest's TestAnalyzeMatchesReference.
 
 Run with Debian's python3-scipy (scipy 1.10, numpy 1.24):
-    /usr/bin/python3 learner/abtest/testdata/reference.py
+    /usr/bin/python3 rollout/abtest/testdata/reference.py
 The data and the derived per-exchange fields repeat fixtureSessions in
 report_test.go exactly; the printed numbers are pasted into the test.
 Fixed-horizon statistics come from scipy/numpy; the mSPRT is the formula of

@@ -11,7 +11,7 @@ import (
 )
 
 // Controller reads and changes a deployment's rollout; *rollout.Client
-// (gateway/rollout) implements it. The At methods are compare-and-set on the
+// (rollout) implements it. The At methods are compare-and-set on the
 // generation the decision was made on, so a watchdog never rolls back a
 // canary that an operator replaced meanwhile.
 type Controller interface {

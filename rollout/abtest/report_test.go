@@ -65,7 +65,7 @@ func fixtureConfig() Config {
 }
 
 // TestAnalyzeMatchesReference checks every statistic against the values
-// printed by `/usr/bin/python3 learner/abtest/testdata/reference.py`
+// printed by `/usr/bin/python3 rollout/abtest/testdata/reference.py`
 // (scipy 1.10.1 and numpy 1.24.2 from Debian bookworm's python3-scipy).
 func TestAnalyzeMatchesReference(t *testing.T) {
 	now := t0.Add(time.Duration(len(fixtureData)) * time.Minute)

@@ -155,7 +155,7 @@ func (c *Client) Rollback(ctx context.Context, deployment, by, reason string) (s
 }
 
 // PromoteAt promotes only if the state is still at generation, for automated
-// callers that decided on that state (learner/abtest's Watchdog).
+// callers that decided on that state (rollout/abtest's Watchdog).
 func (c *Client) PromoteAt(ctx context.Context, deployment string, generation int64, by, reason string) (schema.RolloutChange, error) {
 	return c.Apply(ctx, deployment, Request{Action: ActionPromote, By: by, Reason: reason, Generation: &generation})
 }

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parleyhq/parley/gateway/rollout"
 	"github.com/parleyhq/parley/internal/testenv"
+	"github.com/parleyhq/parley/rollout"
 	"github.com/parleyhq/parley/schema"
 )
 
