@@ -39,7 +39,8 @@ type retryError struct {
 func (e *retryError) Error() string { return e.err.Error() }
 func (e *retryError) Unwrap() error { return e.err }
 
-// errorStatus maps err to its HTTP status and machine-readable code.
+// errorStatus maps err to its HTTP status and machine-readable code; a
+// status without a domain error takes the code of schema.ErrorCode.
 func errorStatus(err error) (int, string) {
 	var he *echo.HTTPError
 	var mbe *http.MaxBytesError
@@ -69,34 +70,9 @@ func errorStatus(err error) (int, string) {
 	case errors.Is(err, ErrRequestTimeout), errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout, "timeout"
 	case errors.As(err, &he):
-		return he.Code, codeOfStatus(he.Code)
+		return he.Code, schema.ErrorCode(he.Code)
 	}
 	return http.StatusInternalServerError, "internal"
-}
-
-func codeOfStatus(status int) string {
-	switch status {
-	case http.StatusNotFound:
-		return "not_found"
-	case http.StatusMethodNotAllowed:
-		return "method_not_allowed"
-	case http.StatusRequestEntityTooLarge:
-		return "too_large"
-	case http.StatusUnauthorized:
-		return "unauthorized"
-	case http.StatusForbidden:
-		return "forbidden"
-	case http.StatusConflict:
-		return "conflict"
-	case http.StatusTooManyRequests:
-		return "rate_limited"
-	case http.StatusServiceUnavailable:
-		return "unavailable"
-	}
-	if status < 500 {
-		return "bad_request"
-	}
-	return "internal"
 }
 
 // errorHandler is the one place errors become responses:

@@ -3,6 +3,7 @@ package schema
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"regexp"
 	"unicode/utf8"
 )
@@ -137,6 +138,40 @@ func (b ErrorBody) Validate() error {
 		return errors.New("error body: code and message are required")
 	}
 	return nil
+}
+
+// ErrorCode is the code an error response of the given HTTP status carries
+// when no more specific one applies: the one status→code table of every
+// Parley API (the player API, OpenAI-compatible routes and the admin API).
+// 429 is "rate_limited" (the gateway's overload refusal, also a 429, says
+// "overloaded"); other 4xx default to "bad_request", 5xx to "internal".
+func ErrorCode(status int) string {
+	switch status {
+	case http.StatusBadRequest:
+		return "bad_request"
+	case http.StatusUnauthorized:
+		return "unauthorized"
+	case http.StatusForbidden:
+		return "forbidden"
+	case http.StatusNotFound:
+		return "not_found"
+	case http.StatusMethodNotAllowed:
+		return "method_not_allowed"
+	case http.StatusConflict:
+		return "conflict"
+	case http.StatusRequestEntityTooLarge:
+		return "too_large"
+	case http.StatusTooManyRequests:
+		return "rate_limited"
+	case http.StatusServiceUnavailable:
+		return "unavailable"
+	case http.StatusGatewayTimeout:
+		return "timeout"
+	}
+	if status < 500 {
+		return "bad_request"
+	}
+	return "internal"
 }
 
 // ChatMessage is one message of the OpenAI-compatible chat API.

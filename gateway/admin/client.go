@@ -171,7 +171,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 	if resp.StatusCode/100 != 2 {
 		var eb schema.ErrorBody
 		if json.Unmarshal(raw, &eb) != nil || eb.Error.Code == "" {
-			eb.Error = schema.ErrorDetail{Code: ErrorCode(resp.StatusCode), Message: strings.TrimSpace(string(raw))}
+			eb.Error = schema.ErrorDetail{Code: schema.ErrorCode(resp.StatusCode), Message: strings.TrimSpace(string(raw))}
 		}
 		return &APIError{Status: resp.StatusCode, Code: eb.Error.Code, Message: eb.Error.Message}
 	}

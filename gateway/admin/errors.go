@@ -10,33 +10,6 @@ import (
 	"github.com/parleyhq/parley/schema"
 )
 
-// ErrorCode is the machine-readable code of an error status, as the
-// gateway's central error handler writes it.
-func ErrorCode(status int) string {
-	switch status {
-	case http.StatusBadRequest:
-		return "bad_request"
-	case http.StatusUnauthorized:
-		return "unauthorized"
-	case http.StatusForbidden:
-		return "forbidden"
-	case http.StatusNotFound:
-		return "not_found"
-	case http.StatusMethodNotAllowed:
-		return "method_not_allowed"
-	case http.StatusConflict:
-		return "conflict"
-	case http.StatusRequestEntityTooLarge:
-		return "too_large"
-	case http.StatusServiceUnavailable:
-		return "unavailable"
-	}
-	if status < 500 {
-		return "bad_request"
-	}
-	return "internal"
-}
-
 // ErrorHandler writes errors as {"error":{"code","message"}}, for serving
 // the API on an echo of its own (tests, a standalone admin server); inside
 // the gateway, the gateway's handler does this. Errors other than
@@ -61,7 +34,7 @@ func ErrorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 		} else {
 			log.Error("admin request failed", "route", c.Path(), "err", err)
 		}
-		body := schema.ErrorBody{Error: schema.ErrorDetail{Code: ErrorCode(status), Message: msg}}
+		body := schema.ErrorBody{Error: schema.ErrorDetail{Code: schema.ErrorCode(status), Message: msg}}
 		if err := c.JSON(status, body); err != nil {
 			log.Info("write error response", "err", err)
 		}
