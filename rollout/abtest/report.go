@@ -237,7 +237,7 @@ func (r *rateAcc) session(s Session) {
 }
 
 func (r *rateAcc) rates() Rates {
-	out := Rates{Sessions: r.sessions, Exchanges: r.exchanges, P95LatencyMS: percentile(r.latencies, 95)}
+	out := Rates{Sessions: r.sessions, Exchanges: r.exchanges, P95LatencyMS: Percentile(r.latencies, 95)}
 	if r.sessions > 0 {
 		out.ErrorRate = float64(r.errors) / float64(r.sessions)
 		out.EarlyTermRate = float64(r.early) / float64(r.sessions)

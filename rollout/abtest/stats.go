@@ -114,10 +114,12 @@ func betaCF(a, b, x float64) float64 {
 	return h
 }
 
-// percentile is the q-th percentile (0–100) of xs with linear interpolation
-// between closest ranks (numpy's default, Hyndman–Fan type 7). xs is sorted
-// in place; an empty sample gives 0.
-func percentile(xs []float64, q float64) float64 {
+// Percentile is the q-th percentile (0–100) of xs, interpolated: linear
+// between the closest ranks (numpy's default, Hyndman–Fan type 7), so the
+// median of 1..10 is 5.5. It is Parley's one percentile definition, used by
+// the A/B guardrails and every bench. xs is sorted in place; an empty sample
+// gives 0.
+func Percentile(xs []float64, q float64) float64 {
 	if len(xs) == 0 {
 		return 0
 	}
