@@ -490,3 +490,45 @@ func redisClient(t *testing.T, addr string) *redis.Client {
 	t.Cleanup(func() { c.Close() })
 	return c
 }
+
+// checkTurnEvents asserts the gateway's logging guarantee for one session
+// (gateway/handlers.go messageHandler makes a turn's events durable before
+// it saves the turn): every exchange of the transcript has a turn event, and
+// of several events for one turn the latest is the exchange the transcript
+// kept. Several events for a turn come from a gateway that logged the turn
+// and died (or failed) before saving it, and the retry that logged the same
+// turn number again; an event for a turn the transcript lacks is such a
+// turn without a retry. It returns how many events a later one superseded
+// and how many turns were logged but not saved.
+func checkTurnEvents(t *testing.T, what string, evs []schema.SessionEvent, transcript []schema.Exchange) (superseded, unsaved int) {
+	t.Helper()
+	latest := map[int]schema.SessionEvent{}
+	for _, ev := range evs {
+		if ev.Type != schema.TurnEvent {
+			continue
+		}
+		if cur, ok := latest[ev.Turn]; ok {
+			superseded++
+			if !ev.TS.After(cur.TS) {
+				continue
+			}
+		}
+		latest[ev.Turn] = ev
+	}
+	unsaved = len(latest)
+	for _, x := range transcript {
+		ev, ok := latest[x.Turn]
+		if !ok {
+			t.Errorf("EVENT LOST: %s: turn %d is in the transcript but no turn event for it is on the topic; "+
+				"gateway/handlers.go messageHandler must make a turn's events durable before it saves the turn", what, x.Turn)
+			continue
+		}
+		unsaved--
+		got := schema.Exchange{Turn: ev.Turn, User: ev.UserText, NPC: ev.NPCText, Safety: ev.Safety}
+		if got != x {
+			t.Errorf("%s: the latest event of turn %d is %+v but the transcript kept %+v; consumers keep a turn's latest event, "+
+				"so it must be the saved exchange", what, x.Turn, got, x)
+		}
+	}
+	return superseded, unsaved
+}

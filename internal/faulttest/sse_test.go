@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -209,32 +208,27 @@ func TestGatewayKilledDuringStreams(t *testing.T) {
 	t.Logf("%d of %d streams cut by the kill in round %d (%d of them recorded by A before it died); %d answers of 409 turn_in_progress on B; all sessions answered on B within %.1fs of the kill (lock TTL %v)",
 		cut, n, rounds, recordedCut, conflicts, maxWait.Seconds(), specA.RequestTimeout+10*time.Second)
 
-	// A back on its data dir delivers what its spool holds: every recorded
-	// turn of these sessions, the cut ones included, is on the topic once.
+	// A back on its data dir delivers what its spool holds: every turn in
+	// these sessions' transcripts, the cut ones included, has its event on
+	// the topic. A cut stream whose turn A logged but never saved has a
+	// second event for the same turn number from B's next message; the
+	// later one is the saved exchange.
 	a2 := startGateway(t, specA)
 	waitFor(t, time.Minute, "A's spool drained", func() bool {
 		return a2.metric(t, "parley_sessionlog_spool_events") == 0
 	})
 	c := countEvents(topicRecords(ctx, t, s.kafka.Addrs, s.topic))
+	superseded := 0
 	for i, id := range ids {
 		view, _ := getSession(ctx, b.base, key, id)
-		var got []int
-		for _, ev := range c.sessions[id] {
-			if ev.Type == schema.TurnEvent {
-				got = append(got, ev.Turn)
-			}
-		}
-		slices.Sort(got)
-		var want []int
-		for _, x := range view.Transcript {
-			want = append(want, x.Turn)
-		}
-		if !slices.Equal(got, want) {
-			t.Errorf("EVENT LOST: session %d: turn events on the topic %v; the transcript in Redis has turns %v. "+
-				"gateway/handlers.go messageHandler appends the turn to the session (appendTurn) before it publishes the turn "+
-				"event to the spool, so a gateway killed between the two keeps the exchange and loses its event", i, got, want)
+		sup, unsaved := checkTurnEvents(t, fmt.Sprintf("session %d", i), c.sessions[id], view.Transcript)
+		superseded += sup
+		if unsaved > 0 {
+			t.Errorf("session %d: %d logged turns are not in the transcript %+v; B's next message should have saved that turn number",
+				i, unsaved, view.Transcript)
 		}
 	}
+	t.Logf("%d turn events logged by A for turns it never saved, superseded by B's", superseded)
 	t.Logf("topic after A restarted: %d records, %d unique, %d duplicates", c.records, c.unique, c.duplicates)
 	t.Logf("runtime %.1fs", time.Since(began).Seconds())
 }
