@@ -329,12 +329,20 @@ func TestClosedLoop(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := "v1"
+		// A promotion makes v2 stable with no canary. A rollback rests in
+		// rolling_back (rollout.Next): weight 0 and every new session on
+		// stable v1, with v2 and the experiment still named for the report;
+		// the next canary leaves it.
+		want := schema.RolloutState{Stable: "v1", Canary: "v2", ExperimentID: exp, State: schema.PhaseRollingBack}
 		if dec.Verdict == abtest.Promote {
-			want = "v2"
+			want = schema.RolloutState{Stable: "v2", State: schema.PhaseSteady}
 		}
-		if st.Stable != want || st.Canary != "" {
-			t.Fatalf("after %s: stable %q canary %q; want stable %q and no canary", dec.Verdict, st.Stable, st.Canary, want)
+		got := schema.RolloutState{Stable: st.Stable, Canary: st.Canary, CanaryWeight: st.CanaryWeight, ExperimentID: st.ExperimentID, State: st.State}
+		if got != want {
+			t.Fatalf("after %s: %+v; want %+v", dec.Verdict, got, want)
+		}
+		if arm, v := rollout.Route(st, "a-new-player"); arm != schema.ArmStable || v != want.Stable {
+			t.Fatalf("after %s a new session goes to %s %s; want stable %s", dec.Verdict, arm, v, want.Stable)
 		}
 	}
 	t.Logf("final rollout: stable %s, state %s; loop took %.0fs", st.Stable, st.State, time.Since(began).Seconds())
