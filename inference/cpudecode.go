@@ -128,7 +128,7 @@ func (d *cpuDecoder) prepare() error {
 
 // layOutCPUWeights stacks the projections that read the same input, so one
 // pass over the batch computes them together, and tabulates the rotary
-// angles exactly as Model.newRope computes them.
+// angles.
 func layOutCPUWeights(c ModelConfig, vals map[string][]float32) *cpuWeights {
 	D, F := c.Dim, c.FFNDim
 	w := &cpuWeights{emb: vals["model.embed_tokens.weight"], norm: vals["model.norm.weight"]}
@@ -151,19 +151,26 @@ func layOutCPUWeights(c ModelConfig, vals map[string][]float32) *cpuWeights {
 			down:     newCPUMatrix(vals[p+"mlp.down_proj.weight"], D, F),
 		})
 	}
+	w.cos, w.sin = ropeTables(c)
+	return w
+}
+
+// ropeTables tabulates the rotary angles' cosines and sines [MaxSeq, hd/2]
+// exactly as Model.newRope computes them.
+func ropeTables(c ModelConfig) (cos, sin []float32) {
 	hd := c.HeadDim()
 	half := hd / 2
-	w.cos = make([]float32, c.MaxSeq*half)
-	w.sin = make([]float32, c.MaxSeq*half)
+	cos = make([]float32, c.MaxSeq*half)
+	sin = make([]float32, c.MaxSeq*half)
 	for i := range half {
 		inv := float32(1 / math.Pow(c.RopeBase, float64(2*i)/float64(hd)))
 		for p := range c.MaxSeq {
 			ang := float64(float32(p) * inv)
-			w.cos[p*half+i] = float32(math.Cos(ang))
-			w.sin[p*half+i] = float32(math.Sin(ang))
+			cos[p*half+i] = float32(math.Cos(ang))
+			sin[p*half+i] = float32(math.Sin(ang))
 		}
 	}
-	return w
+	return cos, sin
 }
 
 func (d *cpuDecoder) resize(src []int, rows, length int) error {

@@ -1,0 +1,302 @@
+package inference
+
+import "math"
+
+// The native trainer's layers, each a pair of plain functions in the shape of
+// llm.c's train_gpt2.c: X_forward writes its output and keeps what the
+// backward needs; X_backward accumulates (+=) into the gradients of its
+// inputs and weights, so a layer never needs to know who else reads its
+// input. n is the number of token rows; every activation is [n, width] in
+// rows. The math is Model.forward's.
+
+// nativeLinear holds one weight W [out, in] packed for the forward (Wᵀ) and the
+// backward (W) products, re-packed after every update.
+type nativeLinear struct {
+	w           []float32
+	out, in     int
+	fwd, bwd    packedMatrix
+	dyT, xPanel packedMatrix // scratch of the weight gradient: dYᵀ rows, X packed
+}
+
+// pack lays out the current weights for both products.
+func (l *nativeLinear) pack(pool *cpuPool) {
+	l.fwd.packCols(pool, l.w, l.out, l.in)
+	l.bwd.packRows(pool, l.w, l.out, l.in, l.in)
+}
+
+// linearForward computes y [n, out] (+)= x [n, in]·Wᵀ.
+func linearForward(pool *cpuPool, y, x []float32, l *nativeLinear, n int, add bool) {
+	gemm(pool, y, l.out, x, l.in, n, &l.fwd, add)
+}
+
+// linearBackward accumulates dx [n, in] += dy·W and dw [out, in] += dyᵀ·x
+// for dy [n, out]. dx may be nil when the input needs no gradient.
+func linearBackward(pool *cpuPool, dx, dw, dy, x []float32, l *nativeLinear, n int) {
+	if dx != nil {
+		gemm(pool, dx, l.in, dy, l.out, n, &l.bwd, true)
+	}
+	// dyᵀ is the left operand: transpose it into rows (dyT.data is only a
+	// buffer here), and pack x as the right one.
+	grow(&l.dyT.data, l.out*n)
+	transpose(pool, l.dyT.data, dy, n, l.out)
+	l.xPanel.packRows(pool, x, n, l.in, l.in)
+	gemm(pool, dw, l.in, l.dyT.data, n, l.out, &l.xPanel, true)
+}
+
+// rowChunks is the number of fixed row ranges a reduction over rows is split
+// into: each range sums into its own partial, and the partials are added in
+// order, so the result does not depend on the scheduling.
+const rowChunks = 8
+
+// embeddingForward copies the embedding row of each token into x [n, d].
+func embeddingForward(x, emb []float32, toks []int, d int) {
+	for j, id := range toks {
+		copy(x[j*d:(j+1)*d], emb[id*d:(id+1)*d])
+	}
+}
+
+// embeddingBackward accumulates dx's rows into the embedding rows of their
+// tokens.
+func embeddingBackward(demb, dx []float32, toks []int, d int) {
+	for j, id := range toks {
+		axpy(demb[id*d:(id+1)*d], 1, dx[j*d:(j+1)*d])
+	}
+}
+
+// rmsnormForward writes out = x·rstd·g for x [n, d] and keeps rstd [n] =
+// 1/√(mean(x²) + eps).
+func rmsnormForward(pool *cpuPool, out, rstd, x, g []float32, n, d int, eps float32) {
+	pool.run(n, 64, func(lo, hi int) {
+		for j := lo; j < hi; j++ {
+			xr, or := x[j*d:(j+1)*d], out[j*d:(j+1)*d]
+			var ss float32
+			for _, v := range xr {
+				ss += v * v
+			}
+			r := 1 / float32(math.Sqrt(float64(ss/float32(d)+eps)))
+			rstd[j] = r
+			for i, v := range xr {
+				or[i] = v * r * g[i]
+			}
+		}
+	})
+}
+
+// rmsnormBackward accumulates into dx [n, d] and dg [d] the gradients of
+// out = x·rstd·g given dout: dx += rstd·(dout·g) − rstd³/d·x·Σ(dout·g·x),
+// dg += Σ_rows dout·x·rstd. partial is scratch of rowChunks·d floats.
+func rmsnormBackward(pool *cpuPool, dx, dg, dout, x, g, rstd, partial []float32, n, d int) {
+	clear(partial)
+	per := (n + rowChunks - 1) / rowChunks
+	pool.run(rowChunks, 1, func(lo, hi int) {
+		for c := lo; c < hi; c++ {
+			pg := partial[c*d : (c+1)*d]
+			for j := c * per; j < min((c+1)*per, n); j++ {
+				xr, dr, dxr := x[j*d:(j+1)*d], dout[j*d:(j+1)*d], dx[j*d:(j+1)*d]
+				r := rstd[j]
+				var dot float32
+				for i, v := range xr {
+					dot += dr[i] * g[i] * v
+					pg[i] += dr[i] * v * r
+				}
+				k := r * r * r * dot / float32(d)
+				for i, v := range xr {
+					dxr[i] += r*dr[i]*g[i] - k*v
+				}
+			}
+		}
+	})
+	for c := range rowChunks {
+		axpy(dg, 1, partial[c*d:(c+1)*d])
+	}
+}
+
+// ropeForward rotates, in place, the first `parts` blocks of d columns of
+// each row of qkv [n, width] (queries and keys), head by head, at the
+// position pos[j] of row j: x·cos + rotate_half(x)·sin.
+func ropeForward(pool *cpuPool, qkv []float32, pos []int, cos, sin []float32, n, width, d, hd int) {
+	half := hd / 2
+	pool.run(n, 64, func(lo, hi int) {
+		for j := lo; j < hi; j++ {
+			cs, sn := cos[pos[j]*half:(pos[j]+1)*half], sin[pos[j]*half:(pos[j]+1)*half]
+			row := qkv[j*width : j*width+2*d]
+			for h := 0; h < 2*d; h += hd {
+				rotate(row[h:h+hd], cs, sn)
+			}
+		}
+	})
+}
+
+// ropeBackward maps, in place, the gradients of the rotated queries and
+// keys in dqkv to those of the unrotated ones: the rotation's transpose.
+func ropeBackward(pool *cpuPool, dqkv []float32, pos []int, cos, sin []float32, n, width, d, hd int) {
+	half := hd / 2
+	pool.run(n, 64, func(lo, hi int) {
+		for j := lo; j < hi; j++ {
+			cs, sn := cos[pos[j]*half:(pos[j]+1)*half], sin[pos[j]*half:(pos[j]+1)*half]
+			row := dqkv[j*width : j*width+2*d]
+			for h := 0; h < 2*d; h += hd {
+				x1, x2 := row[h:h+half], row[h+half:h+hd]
+				for i, c := range cs {
+					a, b := x1[i], x2[i]
+					x1[i] = a*c + b*sn[i]
+					x2[i] = b*c - a*sn[i]
+				}
+			}
+		}
+	})
+}
+
+// seqSpan is one sequence of the batch: its rows [off, off+len) in the
+// activations and its attention probabilities at probOff, heads·len² floats.
+type seqSpan struct {
+	off, len, probOff int
+}
+
+// attentionForward computes causal softmax attention within each sequence:
+// for qkv [n, 3d] (rotated queries, rotated keys, values) it writes att
+// [n, d] and keeps the probabilities, per sequence and head a [len, len]
+// matrix (zero above the diagonal), in probs.
+func attentionForward(pool *cpuPool, att, probs, qkv []float32, seqs []seqSpan, d, heads int) {
+	hd := d / heads
+	scale := float32(1 / math.Sqrt(float64(hd)))
+	w := 3 * d
+	pool.run(len(seqs)*heads, 1, func(lo, hi int) {
+		for u := lo; u < hi; u++ {
+			s, h := seqs[u/heads], u%heads
+			L := s.len
+			p := probs[s.probOff+h*L*L : s.probOff+(h+1)*L*L]
+			for t := range L {
+				q := qkv[(s.off+t)*w+h*hd : (s.off+t)*w+(h+1)*hd]
+				pr := p[t*L : (t+1)*L]
+				mx := float32(math.Inf(-1))
+				for v := 0; v <= t; v++ {
+					k := qkv[(s.off+v)*w+d+h*hd : (s.off+v)*w+d+(h+1)*hd]
+					pr[v] = dot(q, k) * scale
+					mx = max(mx, pr[v])
+				}
+				var sum float32
+				for v := 0; v <= t; v++ {
+					e := expf(pr[v] - mx)
+					pr[v] = e
+					sum += e
+				}
+				inv := 1 / sum
+				out := att[(s.off+t)*d+h*hd : (s.off+t)*d+(h+1)*hd]
+				clear(out)
+				for v := 0; v <= t; v++ {
+					pr[v] *= inv
+					axpy(out, pr[v], qkv[(s.off+v)*w+2*d+h*hd:(s.off+v)*w+2*d+(h+1)*hd])
+				}
+				clear(pr[t+1:])
+			}
+		}
+	})
+}
+
+// attentionBackward accumulates into dqkv [n, 3d] the gradients of the
+// rotated queries, rotated keys and values given datt [n, d].
+func attentionBackward(pool *cpuPool, dqkv, datt, probs, qkv []float32, seqs []seqSpan, d, heads, maxLen int) {
+	hd := d / heads
+	scale := float32(1 / math.Sqrt(float64(hd)))
+	w := 3 * d
+	pool.run(len(seqs)*heads, 1, func(lo, hi int) {
+		dpr := make([]float32, maxLen)
+		for u := lo; u < hi; u++ {
+			s, h := seqs[u/heads], u%heads
+			L := s.len
+			p := probs[s.probOff+h*L*L : s.probOff+(h+1)*L*L]
+			for t := range L {
+				pr := p[t*L : (t+1)*L]
+				do := datt[(s.off+t)*d+h*hd : (s.off+t)*d+(h+1)*hd]
+				// dP[v] = dout·v_v; dV_v += P[v]·dout.
+				var sum float32
+				for v := 0; v <= t; v++ {
+					row := (s.off + v) * w
+					dpr[v] = dot(do, qkv[row+2*d+h*hd:row+2*d+(h+1)*hd])
+					axpy(dqkv[row+2*d+h*hd:row+2*d+(h+1)*hd], pr[v], do)
+					sum += dpr[v] * pr[v]
+				}
+				// dS = P·(dP − Σ P·dP), scaled; dq += dS·k, dk += dS·q.
+				dq := dqkv[(s.off+t)*w+h*hd : (s.off+t)*w+(h+1)*hd]
+				q := qkv[(s.off+t)*w+h*hd : (s.off+t)*w+(h+1)*hd]
+				for v := 0; v <= t; v++ {
+					ds := pr[v] * (dpr[v] - sum) * scale
+					row := (s.off + v) * w
+					axpy(dq, ds, qkv[row+d+h*hd:row+d+(h+1)*hd])
+					axpy(dqkv[row+d+h*hd:row+d+(h+1)*hd], ds, q)
+				}
+			}
+		}
+	})
+}
+
+// swigluForward writes act [n, f] = silu(gate)·up for gu [n, 2f] (gate,
+// then up, per row).
+func swigluForward(pool *cpuPool, act, gu []float32, n, f int) {
+	pool.run(n, 64, func(lo, hi int) {
+		for j := lo; j < hi; j++ {
+			g, u, a := gu[j*2*f:j*2*f+f], gu[j*2*f+f:(j+1)*2*f], act[j*f:(j+1)*f]
+			for i, gv := range g {
+				a[i] = gv * sigmoid(gv) * u[i]
+			}
+		}
+	})
+}
+
+// swigluBackward writes dgu [n, 2f] from dact [n, f]: d gate =
+// dact·up·silu'(gate) with silu'(g) = σ(g)·(1 + g·(1 − σ(g))), d up =
+// dact·silu(gate).
+func swigluBackward(pool *cpuPool, dgu, dact, gu []float32, n, f int) {
+	pool.run(n, 64, func(lo, hi int) {
+		for j := lo; j < hi; j++ {
+			g, u, da := gu[j*2*f:j*2*f+f], gu[j*2*f+f:(j+1)*2*f], dact[j*f:(j+1)*f]
+			dg, du := dgu[j*2*f:j*2*f+f], dgu[j*2*f+f:(j+1)*2*f]
+			for i, gv := range g {
+				s := sigmoid(gv)
+				dg[i] = da[i] * u[i] * s * (1 + gv*(1-s))
+				du[i] = da[i] * gv * s
+			}
+		}
+	})
+}
+
+// logSoftmaxForward computes, for logits [n, v], each row's log-sum-exp
+// lse [n] and the log-probability logp[j] = logits[j][tgt[j]] − lse[j].
+func logSoftmaxForward(pool *cpuPool, lse, logp, logits []float32, tgt []int, n, v int) {
+	pool.run(n, 16, func(lo, hi int) {
+		for j := lo; j < hi; j++ {
+			row := logits[j*v : (j+1)*v]
+			mx := row[0]
+			for _, x := range row {
+				mx = max(mx, x)
+			}
+			var sum float32
+			for _, x := range row {
+				sum += expf(x - mx)
+			}
+			lse[j] = mx + float32(math.Log(float64(sum)))
+			logp[j] = row[tgt[j]] - lse[j]
+		}
+	})
+}
+
+// logSoftmaxBackward overwrites logits [n, v] with the gradient of the loss
+// −Σ_j w[j]·logp[j]: w[j]·(softmax(row) − onehot(tgt[j])).
+func logSoftmaxBackward(pool *cpuPool, logits, lse, w []float32, tgt []int, n, v int) {
+	pool.run(n, 16, func(lo, hi int) {
+		for j := lo; j < hi; j++ {
+			row := logits[j*v : (j+1)*v]
+			wj := w[j]
+			if wj == 0 {
+				clear(row)
+				continue
+			}
+			m := lse[j]
+			for i, x := range row {
+				row[i] = wj * expf(x-m)
+			}
+			row[tgt[j]] -= wj
+		}
+	})
+}
