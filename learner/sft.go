@@ -20,10 +20,10 @@ import (
 	"time"
 
 	"github.com/gomlx/gomlx/pkg/core/tensors"
-	"github.com/schollz/progressbar/v3"
 
 	"github.com/parleyhq/parley/inference"
 	"github.com/parleyhq/parley/inference/registry"
+	"github.com/parleyhq/parley/internal/progress"
 	"github.com/parleyhq/parley/schema"
 	"github.com/parleyhq/parley/simulator"
 )
@@ -90,7 +90,8 @@ type SFTConfig struct {
 	// Gate, when set, decides from the metrics before and after training
 	// whether the model is published, and says why.
 	Gate func(before, after Metrics) (bool, string) `json:"-"`
-	// Progress receives a progress bar (loss, tokens/s, ETA); nil means none.
+	// Progress receives the training progress (loss, tokens/s, ETA): a bar
+	// on a terminal, a line every few seconds otherwise; nil means none.
 	Progress io.Writer `json:"-"`
 
 	// afterStep, when set (tests), runs after each step; an error stops
@@ -423,14 +424,8 @@ func (r *sftRun) train(ctx context.Context, ckpt *checkpoint) error {
 		r.resumedFrom = start
 		r.logger.Info("sft: resumed from checkpoint", "step", start, "run", r.runDir)
 	}
-	var bar *progressbar.ProgressBar
-	if r.cfg.Progress != nil {
-		bar = progressbar.NewOptions(r.steps, progressbar.OptionSetWriter(r.cfg.Progress),
-			progressbar.OptionSetDescription("sft "+string(r.cfg.Role)), progressbar.OptionShowCount(),
-			progressbar.OptionSetPredictTime(true), progressbar.OptionSetElapsedTime(true),
-			progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionSetWidth(30))
-		_ = bar.Set(start)
-	}
+	bar := progress.New(r.cfg.Progress, "sft "+string(r.cfg.Role), "step", r.steps)
+	bar.Resume(start)
 	began := time.Now()
 	var runTokens int64
 	for step := start; step < r.steps; step++ {
@@ -450,10 +445,8 @@ func (r *sftRun) train(ctx context.Context, ckpt *checkpoint) error {
 		r.tokens += n
 		runTokens += n
 		r.tokensPerSecond = float64(runTokens) / time.Since(began).Seconds()
-		if bar != nil {
-			bar.Describe(fmt.Sprintf("sft %s loss %.3f %5.0f tok/s", r.cfg.Role, loss, r.tokensPerSecond))
-			_ = bar.Add(1)
-		}
+		bar.Describe(fmt.Sprintf("sft %s loss %.3f %5.0f tok/s", r.cfg.Role, loss, r.tokensPerSecond))
+		bar.Add(1)
 		done := step + 1
 		if done%r.cfg.CheckpointEvery == 0 || done == r.steps {
 			if err := r.save(done); err != nil {
@@ -467,10 +460,7 @@ func (r *sftRun) train(ctx context.Context, ckpt *checkpoint) error {
 			}
 		}
 	}
-	if bar != nil {
-		_ = bar.Finish()
-		fmt.Fprintln(r.cfg.Progress)
-	}
+	bar.Finish()
 	return nil
 }
 

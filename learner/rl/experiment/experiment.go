@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/parleyhq/parley/inference"
+	"github.com/parleyhq/parley/internal/progress"
 	"github.com/parleyhq/parley/learner"
 	"github.com/parleyhq/parley/learner/rl"
 	"github.com/parleyhq/parley/schema"
@@ -46,8 +47,9 @@ type Config struct {
 	// an oracle user agent (a diagnostic: what RL reaches when the
 	// environment is faithful).
 	TrainOn string `json:"train_on,omitempty"`
-	// Progress, when set, receives the SFT progress bars (loss, tokens/s,
-	// ETA); rows are logged with their count, elapsed time and ETA.
+	// Progress, when set, receives the progress of the SFT runs (loss,
+	// tokens/s, ETA) and of the rows (count, rate, ETA): bars on a
+	// terminal, a line every few seconds otherwise.
 	Progress io.Writer `json:"-"`
 }
 
@@ -202,14 +204,14 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) (*Results, error)
 	}
 	res := &Results{Profile: prof, Seeds: cfg.Seeds, TrainOn: cmp.Or(cfg.TrainOn, TrainOnUserAgent), Variants: variants, Bootstrap: *boot, Probes: probes, SFTSeconds: time.Since(start).Seconds()}
 	done := previousRows(cfg.OutDir, prof, res.TrainOn)
-	total, ran := cfg.Seeds*len(res.Variants), 0
-	rowsStart := time.Now()
+	rows := progress.New(cfg.Progress, "experiment", "row", cfg.Seeds*len(res.Variants))
 	// Seed by seed, so that an interrupted run already holds every variant.
 	for seed := 1; seed <= cfg.Seeds; seed++ {
 		for _, v := range res.Variants {
 			if row, ok := done[rowKey{v.Name, seed}]; ok {
 				logger.Info("experiment row kept from the previous run", "variant", v.Name, "seed", seed)
 				res.Rows = append(res.Rows, row)
+				rows.Resume(1)
 				continue
 			}
 			row, err := e.run(ctx, v, seed)
@@ -221,14 +223,12 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) (*Results, error)
 			if err := WriteReport(cfg.OutDir, res); err != nil {
 				return nil, err
 			}
-			ran++
-			perRow := time.Since(rowsStart) / time.Duration(ran)
 			logger.Info("experiment row", "variant", v.Name, "seed", seed, "avg_l", row.AvgL, "avg_r", row.AvgR,
-				"ua_avg_l", row.UAAvgL, "ua_avg_r", row.UAAvgR, "ppl", row.PPL, "sec_per_step", row.SecPerStep,
-				"rows", fmt.Sprintf("%d/%d", len(res.Rows), total), "elapsed", time.Since(start).Round(time.Second),
-				"eta", (perRow * time.Duration(total-len(res.Rows))).Round(time.Second))
+				"ua_avg_l", row.UAAvgL, "ua_avg_r", row.UAAvgR, "ppl", row.PPL, "sec_per_step", row.SecPerStep)
+			rows.Add(1)
 		}
 	}
+	rows.Finish()
 	res.Seconds = time.Since(start).Seconds()
 	if err := WriteReport(cfg.OutDir, res); err != nil {
 		return nil, err
