@@ -100,7 +100,8 @@ func newTrainSFTCmd(g *globalFlags) *cobra.Command {
 warm-up, checkpointing every --checkpoint-every steps under --data-dir; a run interrupted
 by a crash resumes from its last checkpoint when started again with the same flags. The
 held-out players are evaluated before and after, and the model is published to the
-registry with its metrics in the manifest. Progress shows loss, tokens/s and ETA.`,
+registry with its metrics in the manifest. Progress on stderr shows loss, tokens/s and
+ETA: a bar on a terminal, a line every few seconds when stderr is a file or a pipe.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			r := learner.Role(role)

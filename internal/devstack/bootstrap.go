@@ -49,7 +49,7 @@ func (c BootstrapConfig) Validate() error {
 }
 
 // bootstrap trains and publishes whichever of the two agents the registry
-// lacks. progress receives the corpus and training progress.
+// lacks. progress receives the training progress (see learner.SFTConfig.Progress).
 func bootstrap(ctx context.Context, cfg BootstrapConfig, dataDir, registryDir string, progress io.Writer, log *slog.Logger) error {
 	reg, err := registry.NewLocal(registryDir)
 	if err != nil {
