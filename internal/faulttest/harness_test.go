@@ -500,7 +500,7 @@ func redisClient(t *testing.T, addr string) *redis.Client {
 // turn number again; an event for a turn the transcript lacks is such a
 // turn without a retry. It returns how many events a later one superseded
 // and how many turns were logged but not saved.
-func checkTurnEvents(t *testing.T, what string, evs []schema.SessionEvent, transcript []schema.Exchange) (superseded, unsaved int) {
+func checkTurnEvents(t testing.TB, what string, evs []schema.SessionEvent, transcript []schema.Exchange) (superseded, unsaved int) {
 	t.Helper()
 	latest := map[int]schema.SessionEvent{}
 	for _, ev := range evs {
