@@ -8,7 +8,7 @@ ADDR ?= 127.0.0.1:8080
 FUZZTIME ?= 10s
 BENCH_DIR ?= bench/results
 
-.PHONY: all build run test test-short test-long test-security test-faults test-loop experiment lint fuzz bench soak schemas deploy-check clean
+.PHONY: all build run test test-short test-long test-security test-faults test-loop test-race experiment lint fuzz bench soak schemas deploy-check clean
 
 all: build
 
@@ -42,6 +42,10 @@ test-faults:
 # canary at 50 % → A/B report → promote or roll back (about 10 minutes).
 test-loop:
 	$(GO) test -tags loop -count=1 -timeout 30m -v ./internal/looptest/
+
+# The race detector over every package, on the quick subset (-short).
+test-race:
+	$(GO) test -race -short -count=1 -timeout 60m ./...
 
 # The paper's experiment at this machine's scale (Tables 3, 5, 6 and Figure 5):
 # the small profile, three seeds, about an hour on 2 cores; resumes row by row.
