@@ -2,27 +2,21 @@ package sessionlog
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
-	"hash/crc32"
-	"io"
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/parleyhq/parley/internal/seglog"
 )
 
-// A spool record on disk is
-//
-//	length  uint32 LE   bytes of payload, 1..maxRecordBytes
-//	crc     uint32 LE   CRC-32C (Castagnoli) of payload
-//	payload             version byte (1), appended-at unix nanos (int64 LE),
-//	                    key, value, header count, then each header's key and
-//	                    value; every byte string is a uvarint length and its bytes.
-//
-// A segment file is segmentMagic followed by records.
+// A spool record is a seglog record whose payload is a version byte (1),
+// the appended-at unix nanos (int64 LE), key, value, header count, then each
+// header's key and value; every byte string is a uvarint length and its
+// bytes. A segment file is segmentMagic followed by records.
 const (
 	segmentMagic     = "PRLYSPL1"
-	recordHeaderSize = 8
+	recordHeaderSize = seglog.HeaderSize
 	recordVersion    = 1
 	// maxRecordBytes bounds one record's payload; a longer length on disk
 	// is corruption.
@@ -31,7 +25,7 @@ const (
 
 // errCorrupt marks a record that is not what was written: a bad checksum, a
 // length out of range or a payload that does not parse.
-var errCorrupt = errors.New("corrupt spool record")
+var errCorrupt = seglog.ErrCorrupt
 
 // record is one spooled Kafka message and when Publish accepted it.
 type record struct {
@@ -49,55 +43,20 @@ func (r record) message() kafka.Message {
 
 // appendRecord appends r's encoding, header included, to dst.
 func appendRecord(dst []byte, r record) []byte {
-	start := len(dst)
-	dst = append(dst, make([]byte, recordHeaderSize)...)
-	dst = append(dst, recordVersion)
-	dst = binary.LittleEndian.AppendUint64(dst, uint64(r.appended.UnixNano()))
-	dst = appendBytes(dst, r.key)
-	dst = appendBytes(dst, r.value)
-	dst = binary.AppendUvarint(dst, uint64(len(r.headers)))
+	p := []byte{recordVersion}
+	p = binary.LittleEndian.AppendUint64(p, uint64(r.appended.UnixNano()))
+	p = appendBytes(p, r.key)
+	p = appendBytes(p, r.value)
+	p = binary.AppendUvarint(p, uint64(len(r.headers)))
 	for _, h := range r.headers {
-		dst = appendBytes(dst, []byte(h.Key))
-		dst = appendBytes(dst, h.Value)
+		p = appendBytes(p, []byte(h.Key))
+		p = appendBytes(p, h.Value)
 	}
-	payload := dst[start+recordHeaderSize:]
-	binary.LittleEndian.PutUint32(dst[start:], uint32(len(payload)))
-	binary.LittleEndian.PutUint32(dst[start+4:], crc32.Checksum(payload, crc32.MakeTable(crc32.Castagnoli)))
-	return dst
+	return seglog.AppendRecord(dst, p)
 }
 
 func appendBytes(dst, b []byte) []byte {
 	return append(binary.AppendUvarint(dst, uint64(len(b))), b...)
-}
-
-// readRecord reads one record from r and returns it with its size on disk.
-// It returns io.EOF at a clean end, io.ErrUnexpectedEOF for a record cut
-// short (a torn write) and an error wrapping errCorrupt for anything else
-// that is not a whole, intact record.
-func readRecord(r io.Reader) (record, int, error) {
-	var hdr [recordHeaderSize]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return record{}, 0, err
-	}
-	n := binary.LittleEndian.Uint32(hdr[:4])
-	if n == 0 || n > maxRecordBytes {
-		return record{}, 0, fmt.Errorf("%w: length %d out of range", errCorrupt, n)
-	}
-	payload := make([]byte, n)
-	if _, err := io.ReadFull(r, payload); err != nil {
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
-		}
-		return record{}, 0, err
-	}
-	if got, want := crc32.Checksum(payload, crc32.MakeTable(crc32.Castagnoli)), binary.LittleEndian.Uint32(hdr[4:]); got != want {
-		return record{}, 0, fmt.Errorf("%w: checksum %08x, want %08x", errCorrupt, got, want)
-	}
-	rec, err := decodePayload(payload)
-	if err != nil {
-		return record{}, 0, err
-	}
-	return rec, recordHeaderSize + int(n), nil
 }
 
 func decodePayload(p []byte) (record, error) {

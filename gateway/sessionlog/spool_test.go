@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/parleyhq/parley/internal/seglog"
 )
 
 func segmentFiles(t testing.TB, dir string) []string {
@@ -230,6 +232,21 @@ func recordStarts(t *testing.T, path string) (starts []int64, end int64) {
 		starts = append(starts, off)
 		off += int64(n)
 	}
+}
+
+// readRecord reads one spool record from r and returns it with its size on
+// disk, with seglog.ReadRecord's errors or errCorrupt for a payload that
+// does not parse.
+func readRecord(r io.Reader) (record, int, error) {
+	payload, n, err := seglog.ReadRecord(r, maxRecordBytes)
+	if err != nil {
+		return record{}, 0, err
+	}
+	rec, err := decodePayload(payload)
+	if err != nil {
+		return record{}, 0, err
+	}
+	return rec, n, nil
 }
 
 func fileSize(t *testing.T, path string) int64 {
