@@ -1,58 +1,10 @@
 package inference
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
 	"fmt"
 	"os"
-	"strings"
 	"testing"
 )
-
-func TestRunBenchTiny(t *testing.T) {
-	cfg := DefaultBenchConfig()
-	cfg.Model = tinyConfig()
-	cfg.Model.VocabSize = 512
-	cfg.Model.MaxSeq = 64
-	cfg.Batches = []int{1, 4}
-	cfg.PromptTokens, cfg.DecodeTokens, cfg.NaiveTokens = 8, 8, 4
-	cfg.TrainBatch, cfg.TrainSeq, cfg.TrainSteps = 2, 16, 1
-	cfg.MinDecodeSeconds = 0
-	var out bytes.Buffer
-	rep, err := RunBench(context.Background(), cfg, &out)
-	if err != nil {
-		t.Fatalf("RunBench: %v", err)
-	}
-	if len(rep.Decode) != 2 || rep.Decode[1].Batch != 4 {
-		t.Fatalf("decode rows = %+v; want batches 1 and 4", rep.Decode)
-	}
-	for _, d := range rep.Decode {
-		if !(d.TokensPerSec > 0 && d.FLOPS > 0 && d.Fraction > 0 && d.Fraction < 1) {
-			t.Errorf("decode batch %d: %+v; want positive rates and a fraction below 1", d.Batch, d)
-		}
-	}
-	if rep.NaiveTokensPerSec <= 0 || rep.TTFTMillis <= 0 || rep.Train == nil || rep.Train.TokensPerSec <= 0 {
-		t.Errorf("report %+v: want naive, TTFT and train figures", rep)
-	}
-	if _, err := json.Marshal(rep); err != nil {
-		t.Errorf("json.Marshal(report): %v", err)
-	}
-	if !strings.Contains(out.String(), "decode batch 4") {
-		t.Errorf("table lacks the batch-4 row:\n%s", out.String())
-	}
-	if len(rep.Decoders) != 2 || rep.Decoders[0].Decoder != DecoderCPU || rep.Decoders[1].Decoder != DecoderGoMLX || rep.Decoder != DecoderCPU {
-		t.Fatalf("decoder runs = %+v; want cpu (headline) then gomlx", rep.Decoders)
-	}
-	for _, run := range rep.Decoders {
-		if len(run.Decode) != 2 || len(run.HeadlineSpeedup) != 2 || !(run.HeadlineSpeedup[0] > 0) || run.TTFTMillis <= 0 {
-			t.Errorf("decoder %s: %+v; want two decode rows, speedups and a TTFT", run.Decoder, run)
-		}
-	}
-	if !strings.Contains(out.String(), "decoders compared") || !strings.Contains(out.String(), DecoderGoMLX) {
-		t.Errorf("table lacks the decoder comparison:\n%s", out.String())
-	}
-}
 
 // BenchmarkDecodeStep times one KV-cache decode step of the default model
 // with 128 cached positions at several batch sizes, on each decoder:

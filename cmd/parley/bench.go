@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -14,11 +13,10 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/parleyhq/parley/gateway"
-	"github.com/parleyhq/parley/gateway/modelpool"
 	"github.com/parleyhq/parley/gateway/sessionlog"
 	"github.com/parleyhq/parley/inference"
+	"github.com/parleyhq/parley/internal/bench"
 	"github.com/parleyhq/parley/internal/broker"
-	"github.com/parleyhq/parley/simulator"
 )
 
 func newBenchCmd() *cobra.Command {
@@ -33,7 +31,7 @@ within one run: these machines are shared and noisy.`,
 }
 
 func newBenchGatewayCmd() *cobra.Command {
-	cfg := gateway.DefaultBenchConfig()
+	cfg := bench.DefaultGatewayConfig()
 	var out, redisAddr, checkpoint string
 	cmd := &cobra.Command{
 		Use:   "gateway --redis-addr HOST:PORT [--out FILE.json]",
@@ -50,7 +48,7 @@ off. Sessions live in the Redis at --redis-addr under a random prefix, deleted a
 			if err := rdb.Ping(ctx).Err(); err != nil {
 				return fmt.Errorf("bench gateway: redis at %s: %w", redisAddr, err)
 			}
-			eng, stop, err := benchEngine(ctx, checkpoint)
+			eng, stop, err := bench.StartEngine(ctx, checkpoint)
 			if err != nil {
 				return err
 			}
@@ -72,7 +70,7 @@ off. Sessions live in the Redis at --redis-addr under a random prefix, deleted a
 			go events.Run(runCtx) //nolint:errcheck // stops with the bench
 			defer events.Close()
 			cfg.Redis, cfg.Engine, cfg.Events = rdb, gateway.FromEngine(eng), events
-			rep, err := gateway.RunBench(ctx, cfg, cmd.OutOrStdout())
+			rep, err := bench.RunGateway(ctx, cfg, cmd.OutOrStdout())
 			if err != nil {
 				return err
 			}
@@ -88,59 +86,8 @@ off. Sessions live in the Redis at --redis-addr under a random prefix, deleted a
 	return cmd
 }
 
-// benchEngine starts an engine on the checkpoint at dir, or on a random
-// default-size model with a tokenizer trained on a generated corpus.
-func benchEngine(ctx context.Context, dir string) (*inference.Engine, func(), error) {
-	var (
-		m   *inference.Model
-		tok *inference.Tokenizer
-		err error
-	)
-	if dir != "" {
-		m, tok, _, err = inference.LoadCheckpoint(dir, inference.DefaultBackendConfig())
-	} else {
-		tok, err = benchTokenizer(ctx)
-		if err == nil {
-			mc := inference.DefaultModelConfig()
-			mc.VocabSize = tok.VocabSize()
-			m, err = inference.NewModel(mc, inference.DefaultBackendConfig(), 1)
-		}
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("bench engine: %w", err)
-	}
-	eng, err := inference.NewEngine(m, tok, inference.DefaultEngineConfig(), nil)
-	if err != nil {
-		return nil, nil, err
-	}
-	runCtx, cancel := context.WithCancel(ctx)
-	go eng.Run(runCtx) //nolint:errcheck // stops with the bench
-	return eng, func() { cancel(); _ = eng.Close() }, nil
-}
-
-// benchTokenizer trains the default-size tokenizer on a small generated corpus.
-func benchTokenizer(ctx context.Context) (*inference.Tokenizer, error) {
-	cc := simulator.DefaultCorpusConfig()
-	cc.Players, cc.DialoguesPerPlayer = 50, 3
-	var buf bytes.Buffer
-	if _, err := simulator.GenerateCorpus(ctx, cc, &buf); err != nil {
-		return nil, err
-	}
-	ds, err := simulator.ReadCorpus(&buf)
-	if err != nil {
-		return nil, err
-	}
-	var texts []string
-	for _, d := range ds {
-		for _, x := range d.Exchanges {
-			texts = append(texts, x.User, x.NPC)
-		}
-	}
-	return inference.TrainTokenizer(texts, inference.DefaultModelConfig().VocabSize)
-}
-
 func newBenchRolloutCmd() *cobra.Command {
-	cfg := modelpool.DefaultBenchConfig()
+	cfg := bench.DefaultRolloutConfig()
 	var out, redisAddr string
 	cmd := &cobra.Command{
 		Use:   "rollout --redis-addr HOST:PORT [--out FILE.json]",
@@ -155,7 +102,7 @@ func newBenchRolloutCmd() *cobra.Command {
 			}
 			defer os.RemoveAll(dir)
 			cfg.WorkDir = dir
-			rep, err := modelpool.RunBench(cmd.Context(), cfg, rdb, nil)
+			rep, err := bench.RunRollout(cmd.Context(), cfg, rdb, nil)
 			if err != nil {
 				return err
 			}
@@ -180,7 +127,7 @@ func backendFlags(f *pflag.FlagSet, b *inference.BackendConfig) {
 }
 
 func newBenchInferenceCmd() *cobra.Command {
-	cfg := inference.DefaultBenchConfig()
+	cfg := bench.DefaultInferenceConfig()
 	var out string
 	cmd := &cobra.Command{
 		Use:   "inference [--out FILE.json]",
@@ -190,7 +137,7 @@ func newBenchInferenceCmd() *cobra.Command {
 			if err := cfg.Validate(); err != nil {
 				return err
 			}
-			rep, err := inference.RunBench(cmd.Context(), cfg, cmd.OutOrStdout())
+			rep, err := bench.RunInference(cmd.Context(), cfg, cmd.OutOrStdout())
 			if err != nil {
 				return err
 			}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parleyhq/parley/internal/bench"
 	"github.com/parleyhq/parley/internal/testenv"
 )
 
@@ -34,7 +35,7 @@ func TestBenchSoakWritesSeries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rep soakReport
+	var rep bench.SoakReport
 	if err := json.Unmarshal(data, &rep); err != nil {
 		t.Fatal(err)
 	}
@@ -51,20 +52,5 @@ func TestBenchSoakWritesSeries(t *testing.T) {
 		if s.P50Ms > s.P95Ms || s.P95Ms > s.P99Ms {
 			t.Errorf("sample %d: p50 %.1f, p95 %.1f, p99 %.1f; want them in order", i, s.P50Ms, s.P95Ms, s.P99Ms)
 		}
-	}
-}
-
-func TestQuantile(t *testing.T) {
-	xs := []float64{5, 1, 4, 2, 3, 6, 7, 8, 9, 10}
-	for _, c := range []struct {
-		q    float64
-		want float64
-	}{{0.5, 5}, {0.95, 10}, {0.1, 1}, {0.99, 10}} {
-		if got := quantile(xs, c.q); got != c.want {
-			t.Errorf("quantile(1..10, %v) = %v; want %v", c.q, got, c.want)
-		}
-	}
-	if got := quantile(nil, 0.5); got != 0 {
-		t.Errorf("quantile(nil) = %v; want 0", got)
 	}
 }

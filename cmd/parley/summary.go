@@ -12,9 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/parleyhq/parley/gateway"
-	"github.com/parleyhq/parley/gateway/modelpool"
-	"github.com/parleyhq/parley/inference"
+	"github.com/parleyhq/parley/internal/bench"
 )
 
 func newBenchSummaryCmd() *cobra.Command {
@@ -38,7 +36,7 @@ func writeBenchSummary(w io.Writer, dir string) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "bench\tmeasure\tvalue")
 	var found int
-	var inf inference.BenchReport
+	var inf bench.InferenceReport
 	if ok, err := readReport(dir, "inference.json", &inf); err != nil {
 		return err
 	} else if ok {
@@ -49,7 +47,7 @@ func writeBenchSummary(w io.Writer, dir string) error {
 		}
 		fmt.Fprintf(tw, "inference\tbatch-32 / batch-1\t%.1f×\n", inf.Batch32Speedup)
 	}
-	var gw gateway.BenchReport
+	var gw bench.GatewayReport
 	if ok, err := readReport(dir, "gateway.json", &gw); err != nil {
 		return err
 	} else if ok {
@@ -59,7 +57,7 @@ func writeBenchSummary(w io.Writer, dir string) error {
 				p.Engine, p.Logging, p.Concurrency, p.RPS, p.P50MS, p.P99MS)
 		}
 	}
-	var ro modelpool.BenchReport
+	var ro bench.RolloutReport
 	if ok, err := readReport(dir, "rollout.json", &ro); err != nil {
 		return err
 	} else if ok {
@@ -68,7 +66,7 @@ func writeBenchSummary(w io.Writer, dir string) error {
 		fmt.Fprintf(tw, "rollout\trequest p95 steady / during swaps\t%.0f / %.0f ms\n", ro.SteadyLatencyMS.P95, ro.SwapLatencyMS.P95)
 		fmt.Fprintf(tw, "rollout\tfailed requests\t%d of %d\n", ro.Failed, ro.Requests)
 	}
-	var soak soakReport
+	var soak bench.SoakReport
 	if ok, err := readReport(dir, "soak.json", &soak); err != nil {
 		return err
 	} else if ok {

@@ -28,11 +28,7 @@ func InferenceFactory(backend inference.BackendConfig, engine inference.EngineCo
 			if err != nil {
 				return nil, fmt.Errorf("new engine for %s: %w", version, err)
 			}
-			go func() {
-				if err := e.Run(context.Background()); err != nil {
-					log.Error("engine stopped", "version", version, "err", err)
-				}
-			}()
+			e.Start() // Factory.Close closes the engine, which ends its Run
 			return e, nil
 		},
 		Warmup: func(ctx context.Context, e *inference.Engine) error {

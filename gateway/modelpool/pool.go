@@ -399,34 +399,6 @@ func (p *Pool[E]) Acquire(ctx context.Context, version string) (E, func(), error
 	}
 }
 
-// AcquireServing picks the version for a new session and acquires it in one
-// step: choose gets the state the pool serves (route it with rollout.Route)
-// and returns a version, which cannot be released between the choice and
-// the hold. It returns the chosen version with the engine.
-func (p *Pool[E]) AcquireServing(ctx context.Context, choose func(schema.RolloutState) string) (string, E, func(), error) {
-	p.mu.Lock()
-	version := choose(p.serving)
-	if e := p.entries[version]; e != nil && e.err == nil && isReady(e) {
-		e.refs++
-		p.notifyLocked()
-		p.mu.Unlock()
-		var once sync.Once
-		return version, e.engine, func() { once.Do(func() { p.release(version, e) }) }, nil
-	}
-	p.mu.Unlock()
-	eng, release, err := p.Acquire(ctx, version)
-	return version, eng, release, err
-}
-
-func isReady[E any](e *entry[E]) bool {
-	select {
-	case <-e.ready:
-		return true
-	default:
-		return false
-	}
-}
-
 func (p *Pool[E]) release(version string, e *entry[E]) {
 	p.mu.Lock()
 	e.refs--

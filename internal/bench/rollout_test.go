@@ -1,4 +1,4 @@
-package modelpool
+package bench
 
 import (
 	"context"
@@ -10,20 +10,20 @@ import (
 	"github.com/parleyhq/parley/internal/testenv"
 )
 
-// TestTwoGatewaysSwapUnderLoad runs RunBench on a tiny model: two pools,
+// TestTwoGatewaysSwapUnderLoad runs RunRollout on a tiny model: two pools,
 // each following the rollout state in one Redis through its own watcher,
 // under request load through ten canary-then-promote swaps. Every request
 // must succeed and both pools must serve every generation; the times are
 // logged, not asserted.
 func TestTwoGatewaysSwapUnderLoad(t *testing.T) {
 	r := testenv.StartRedis(t)
-	cfg := DefaultBenchConfig()
+	cfg := DefaultRolloutConfig()
 	cfg.Model.Dim, cfg.Model.Layers, cfg.Model.Heads, cfg.Model.FFNDim, cfg.Model.MaxSeq = 32, 1, 2, 64, 64
 	cfg.Steady, cfg.MaxTokens = 200*time.Millisecond, 4
 	cfg.Prefix, cfg.WorkDir = r.Prefix, t.TempDir()
-	rep, err := RunBench(context.Background(), cfg, r.Client, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
+	rep, err := RunRollout(context.Background(), cfg, r.Client, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
 	if err != nil {
-		t.Fatalf("RunBench: %v", err)
+		t.Fatalf("RunRollout: %v", err)
 	}
 	out, _ := json.Marshal(rep)
 	t.Logf("report: %s", out)
@@ -44,7 +44,7 @@ func TestSummarize(t *testing.T) {
 		ds = append(ds, time.Duration(i)*time.Millisecond)
 	}
 	got := summarize(ds)
-	want := Summary{N: 100, Mean: 50.5, P50: 50, P95: 95, P99: 99, Max: 100}
+	want := Summary{N: 100, Mean: 50.5, P50: 50.5, P95: 95.05, P99: 99.01, Max: 100} // interpolated percentiles
 	if got != want {
 		t.Errorf("summarize(1..100 ms) = %+v; want %+v", got, want)
 	}
@@ -53,15 +53,15 @@ func TestSummarize(t *testing.T) {
 	}
 }
 
-// BenchmarkRolloutSwap runs RunBench with the default model (three swaps)
-// and reports its medians: go test -run '^$' -bench RolloutSwap -benchtime 1x ./gateway/modelpool
+// BenchmarkRolloutSwap runs RunRollout with the default model (three swaps)
+// and reports its medians: go test -run '^$' -bench RolloutSwap -benchtime 1x ./internal/bench
 func BenchmarkRolloutSwap(b *testing.B) {
 	r := testenv.StartRedis(b)
-	cfg := DefaultBenchConfig()
+	cfg := DefaultRolloutConfig()
 	cfg.Swaps, cfg.Steady = 3, 2*time.Second
 	cfg.Prefix, cfg.WorkDir = r.Prefix, b.TempDir()
 	for b.Loop() {
-		rep, err := RunBench(context.Background(), cfg, r.Client, nil)
+		rep, err := RunRollout(context.Background(), cfg, r.Client, nil)
 		if err != nil {
 			b.Fatal(err)
 		}

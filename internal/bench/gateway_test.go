@@ -1,0 +1,80 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/parleyhq/parley/gateway"
+	"github.com/parleyhq/parley/inference"
+	"github.com/parleyhq/parley/internal/testenv"
+	"github.com/parleyhq/parley/schema"
+)
+
+// countingSink is an EventSink that counts the events it is given.
+type countingSink struct{ n atomic.Int64 }
+
+func (s *countingSink) Publish(context.Context, schema.SessionEvent) error {
+	s.n.Add(1)
+	return nil
+}
+
+// startTinyEngine runs the real engine over a tiny random model until the
+// test ends.
+func startTinyEngine(t *testing.T) *inference.Engine {
+	t.Helper()
+	tok, err := inference.TrainTokenizer([]string{
+		"Welcome back, traveller! The inn has warm bread and cold ale tonight.",
+		"I have not seen the dragon since the winter. Ask the guard at the gate.",
+	}, 320)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := inference.NewModel(testenv.TinyModelConfig(tok.VocabSize()), inference.DefaultBackendConfig(), 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := inference.NewEngine(m, tok, inference.DefaultEngineConfig(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Start())
+	return e
+}
+
+// TestRunGateway runs a very short bench to check that it measures every
+// point; `parley bench gateway` runs the real one.
+func TestRunGateway(t *testing.T) {
+	r := testenv.StartRedis(t)
+	cfg := DefaultGatewayConfig()
+	cfg.Redis = r.Client
+	cfg.Engine = gateway.FromEngine(startTinyEngine(t))
+	events := &countingSink{}
+	cfg.Events = events
+	cfg.Concurrency = []int{1, 4}
+	cfg.Duration = 300 * time.Millisecond
+	cfg.Gateway.Sampling.MaxTokens = 8
+	var out bytes.Buffer
+	rep, err := RunGateway(context.Background(), cfg, &out)
+	if err != nil {
+		t.Fatalf("RunGateway: %v\n%s", err, out.String())
+	}
+	t.Log("\n" + out.String())
+	if len(rep.Points) != 6 || len(rep.Logging) != 2 {
+		t.Fatalf("got %d points and %d logging ratios; want 6 and 2", len(rep.Points), len(rep.Logging))
+	}
+	for _, p := range rep.Points {
+		if p.Requests == 0 || p.Errors != 0 || p.P99MS < p.P50MS {
+			t.Errorf("point %+v: want requests, no errors and p99 ≥ p50", p)
+		}
+	}
+	if events.n.Load() == 0 {
+		t.Error("the logging-on points published no events")
+	}
+	keys, _ := r.Client.Keys(context.Background(), "parley-bench-*").Result()
+	if len(keys) != 0 {
+		t.Errorf("bench left %d keys in Redis", len(keys))
+	}
+}
