@@ -58,14 +58,14 @@ func (p *cpuPool) close() {
 }
 
 // run calls fn over [0, n) in chunks of grain, in parallel, and returns when
-// every chunk is done.
+// every chunk is done. A nil pool runs fn in the caller.
 func (p *cpuPool) run(n, grain int, fn func(lo, hi int)) {
 	if n <= 0 {
 		return
 	}
 	grain = max(grain, 1)
 	chunks := (n + grain - 1) / grain
-	if chunks == 1 || p.helpers == 0 {
+	if p == nil || chunks == 1 || p.helpers == 0 {
 		fn(0, n)
 		return
 	}

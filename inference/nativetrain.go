@@ -77,10 +77,9 @@ type nativeActs struct {
 	n                    int // token rows: the batch's sequences back to back
 	toks, tgts, pos, sel []int
 	seqs                 []seqSpan
-	maxLen               int
 	blocks               []blockActs
 	xf, rstdF, hf        []float32 // the last residual and its norm
-	hsel, logits, lse    []float32 // the head over the rows in sel
+	hsel, logits, inv    []float32 // the head over the rows in sel
 	logp                 []float32 // [len(sel)]
 	dres, dhn, dqkv      []float32
 	datt, dgu, dact      []float32
@@ -248,7 +247,6 @@ func (t *NativeTrainer) layoutBatch(seqs [][]int) error {
 	}
 	a := &t.a
 	a.toks, a.tgts, a.pos, a.seqs = a.toks[:0], a.tgts[:0], a.pos[:0], a.seqs[:0]
-	a.maxLen = 0
 	probs := 0
 	for i, s := range seqs {
 		if len(s) < 2 {
@@ -265,7 +263,6 @@ func (t *NativeTrainer) layoutBatch(seqs [][]int) error {
 		L := len(s) - 1
 		a.seqs = append(a.seqs, seqSpan{off: len(a.toks), len: L, probOff: probs})
 		probs += t.mc.Heads * L * L
-		a.maxLen = max(a.maxLen, L)
 		for j := range L {
 			a.toks, a.tgts, a.pos = append(a.toks, s[j]), append(a.tgts, s[j+1]), append(a.pos, j)
 		}
@@ -349,7 +346,7 @@ func (t *NativeTrainer) forward(sel []int) {
 	}
 	logits := grow(&a.logits, s*V)
 	linearForward(p, logits, hsel, &t.head, s, false)
-	logSoftmaxForward(p, grow(&a.lse, s), grow(&a.logp, s), logits, tgt, s, V)
+	logSoftmaxForward(p, grow(&a.inv, s), grow(&a.logp, s), logits, tgt, s, V)
 }
 
 // backward computes into grads the gradient of −Σ_k w[k]·logp[k] over the
@@ -362,7 +359,7 @@ func (t *NativeTrainer) backward(w []float32) {
 	for k, j := range a.sel {
 		tgt[k] = a.tgts[j]
 	}
-	logSoftmaxBackward(p, a.logits, a.lse, w, tgt, s, V)
+	logSoftmaxBackward(p, a.logits, a.inv, w, tgt, s, V)
 	dhsel := grow(&a.dhsel, s*D)
 	clear(dhsel)
 	linearBackward(p, dhsel, t.dEmb, a.logits, a.hsel, &t.head, s)
@@ -391,7 +388,7 @@ func (t *NativeTrainer) backward(w []float32) {
 		clear(datt)
 		linearBackward(p, datt, b.dO, dres, ba.att, &b.o, n)
 		clear(dqkv)
-		attentionBackward(p, dqkv, datt, ba.probs, ba.qkv, a.seqs, D, c.Heads, a.maxLen)
+		attentionBackward(p, dqkv, datt, ba.probs, ba.qkv, a.seqs, D, c.Heads)
 		ropeBackward(p, dqkv, a.pos, t.cos, t.sin, n, 3*D, D, c.HeadDim())
 		clear(dhn)
 		linearBackward(p, dhn, b.dQKV, dqkv, ba.hn1, &b.qkv, n)

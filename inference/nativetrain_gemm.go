@@ -1,5 +1,7 @@
 package inference
 
+import "sync"
+
 // The native trainer's matrix products. A linear layer y = x·Wᵀ (W [out, in]
 // as in PyTorch) needs three products per step:
 //
@@ -7,33 +9,70 @@ package inference
 //	backward  dX = dY·W    A = dY [n, out],   B = W [out, in]
 //	weights   dW += dYᵀ·X  A = dYᵀ [out, n],  B = X [n, in]
 //
-// All three are one routine, gemm: C (+)= A·B with A read in rows and B
-// packed into panels of the micro-kernel's width, the layout the decoder's
-// gemm6x16 reads. Packing costs one pass over B, small beside the m·n·k
-// multiply-adds, and lets the micro-kernel stream both operands.
+// All three are one routine, gemm: C (+)= A·B, in the layout of BLIS. B is
+// packed once into panels of the micro-kernel's width; each parallel job
+// packs its block of A (read in rows, or in columns for dYᵀ, so no transpose
+// is ever materialised) into micro-panels of the kernel's height for one
+// block of k, then runs the micro-kernel over its tile of C with both
+// operands streaming from cache.
 
 // microKernel computes a block of rows×cols outputs: c[r][j] += Σ_l
-// a[r][l]·panel[l][j] for r < rows, j < cols, with a rows lda apart, c rows
-// ldc apart and panel a packed [k][cols] panel.
+// a[l·lda + r]·b[l·cols + j] for l < k, with a a micro-panel of A, a
+// column of rows values for each l (packed, lda = rows, or read in place
+// from a transposed A), b a packed [k][cols] panel of B and C's rows ldc
+// apart.
 type microKernel struct {
 	rows, cols int
-	run        func(panel, a []float32, lda, k int, c []float32, ldc int)
+	run        func(k int, a []float32, lda int, b, c []float32, ldc int)
 }
 
-// trainKernel is the micro-kernel the native trainer multiplies with: the
-// decoder's 6×16 kernel (AVX2 FMA where the CPU has it, plain Go
-// otherwise), unless nativetrain_amd64.go finds a wider one.
-var trainKernel = microKernel{rows: 6, cols: 16, run: gemm6x16}
+// trainKernels lists the micro-kernels this CPU can run, fastest first:
+// nativetrain_amd64.go adds AVX2 and AVX-512 ones where the CPU has them.
+// trainKernel, the one the native trainer multiplies with, is the first.
+var (
+	trainKernels = []microKernel{{rows: 6, cols: 16, run: gemm6x16PackedGo}}
+	trainKernel  = trainKernels[0]
+)
+
+// gemm6x16PackedGo is the 6×16 micro-kernel in plain Go.
+func gemm6x16PackedGo(k int, a []float32, lda int, b, c []float32, ldc int) {
+	var acc [6][16]float32
+	b = b[:k*16]
+	for l := range k {
+		bl := (*[16]float32)(b[l*16 : l*16+16])
+		for r, av := range a[l*lda : l*lda+6] {
+			row := &acc[r]
+			for j, bv := range bl {
+				row[j] += av * bv
+			}
+		}
+	}
+	for r := range acc {
+		cr := c[r*ldc : r*ldc+16]
+		for j, v := range acc[r] {
+			cr[j] += v
+		}
+	}
+}
 
 const (
 	gemmKC      = 256 // depth of a block of k kept in cache across micro-kernels
-	gemmJobRows = 96  // rows of C in one parallel job
-	gemmJobCols = 64  // columns of C in one parallel job
+	gemmJobRows = 96  // rows of C in one parallel job (rounded to the kernel's)
+	// gemmJobs is the least number of parallel jobs a product is split
+	// into: by rows first, as each job packs its rows of A once for all
+	// its columns, and by columns when there are few rows.
+	gemmJobs = 8
 	// gemmMaxRows and gemmMaxCols bound the micro-kernels' blocks, for
 	// scratch tiles on the stack.
 	gemmMaxRows = 16
 	gemmMaxCols = 32
 )
+
+// gemmScratch holds the packed blocks of A of running jobs.
+var gemmScratch = sync.Pool{New: func() any {
+	s := make([]float32, (gemmJobRows+gemmMaxRows)*gemmKC)
+	return &s
+}}
 
 // packedMatrix is a right-hand operand B [k, n] laid out for a micro-kernel
 // of width w: panels of w columns, [⌈n/w⌉][k][w], zero past column n.
@@ -55,7 +94,7 @@ func (p *packedMatrix) resize(k, n int) {
 func (p *packedMatrix) packRows(pool *cpuPool, b []float32, k, n, ldb int) {
 	p.resize(k, n)
 	w := p.w
-	pool.run(p.panels(), 1, func(lo, hi int) {
+	pool.run(p.panels(), max(1, (1<<14)/(k*w)), func(lo, hi int) {
 		for q := lo; q < hi; q++ {
 			j0 := q * w
 			cols := min(w, n-j0)
@@ -69,12 +108,12 @@ func (p *packedMatrix) packRows(pool *cpuPool, b []float32, k, n, ldb int) {
 	})
 }
 
-// packCols packs B = Wᵀ [k, n] for W [n, k] read in rows: B[i][j] =
-// w[j·k + i].
-func (p *packedMatrix) packCols(pool *cpuPool, wt []float32, n, k int) {
+// packCols packs B = Wᵀ [k, n] for W [n, k] read in rows ldw apart:
+// B[i][j] = wt[j·ldw + i].
+func (p *packedMatrix) packCols(pool *cpuPool, wt []float32, n, k, ldw int) {
 	p.resize(k, n)
 	w := p.w
-	pool.run(p.panels(), 1, func(lo, hi int) {
+	pool.run(p.panels(), max(1, (1<<14)/(k*w)), func(lo, hi int) {
 		for q := lo; q < hi; q++ {
 			j0 := q * w
 			cols := min(w, n-j0)
@@ -83,7 +122,7 @@ func (p *packedMatrix) packCols(pool *cpuPool, wt []float32, n, k int) {
 				clear(dst)
 			}
 			for j := range cols {
-				src := wt[(j0+j)*k : (j0+j+1)*k]
+				src := wt[(j0+j)*ldw : (j0+j)*ldw+k]
 				for i, v := range src {
 					dst[i*w+j] = v
 				}
@@ -92,81 +131,107 @@ func (p *packedMatrix) packCols(pool *cpuPool, wt []float32, n, k int) {
 	})
 }
 
-// transpose writes the transpose of a [rows, cols] into dst [cols, rows], in
-// tiles so that both sides stay in cache.
-func transpose(pool *cpuPool, dst, a []float32, rows, cols int) {
-	const tile = 32
-	pool.run((cols+tile-1)/tile, 1, func(lo, hi int) {
-		for c0 := lo * tile; c0 < min(hi*tile, cols); c0 += tile {
-			c1 := min(c0+tile, cols)
-			for r0 := 0; r0 < rows; r0 += tile {
-				r1 := min(r0+tile, rows)
-				for r := r0; r < r1; r++ {
-					src := a[r*cols : r*cols+c1]
-					for c := c0; c < c1; c++ {
-						dst[c*rows+r] = src[c]
-					}
-				}
-			}
-		}
-	})
+// leftOperand is the left-hand operand A [m, k] of gemm: A[i][l] =
+// data[i·ld + l], or data[l·ld + i] when trans.
+type leftOperand struct {
+	data  []float32
+	ld    int
+	trans bool
 }
 
-// gemm computes C (+)= A·B for A [m, k] in rows lda apart, B packed [k, n]
-// and C [m, n] in rows ldc apart; with add it accumulates into C. The work is
-// split into tiles of C, each computed whole by one goroutine in a fixed
-// order, so the result does not depend on the scheduling.
-func gemm(pool *cpuPool, c []float32, ldc int, a []float32, lda, m int, b *packedMatrix, add bool) {
+// packBlock packs rows [i0, i0+rows) and columns [k0, k0+kl) of A into
+// micro-panels of mr rows, [⌈rows/mr⌉][kl][mr], zero past the last row.
+func (a leftOperand) packBlock(dst []float32, i0, rows, k0, kl, mr int) {
+	for ib := 0; ib < rows; ib += mr {
+		r := min(mr, rows-ib)
+		d := dst[ib*kl : ib*kl+kl*mr]
+		if r < mr {
+			clear(d)
+		}
+		if a.trans {
+			for l := range kl {
+				at := (k0+l)*a.ld + i0 + ib
+				copy(d[l*mr:l*mr+r], a.data[at:at+r])
+			}
+			continue
+		}
+		for rr := range r {
+			at := (i0+ib+rr)*a.ld + k0
+			src := a.data[at : at+kl]
+			dr := d[rr:]
+			for l, v := range src {
+				dr[l*mr] = v
+			}
+		}
+	}
+}
+
+// gemm computes C (+)= A·B for A [m, k], B packed [k, n] and C [m, n] in rows
+// ldc apart; with add it accumulates into C. The work is split into tiles
+// of C, each computed whole by one goroutine in a fixed order, so the
+// result does not depend on the scheduling. A nil pool runs it all in the
+// caller.
+func gemm(pool *cpuPool, c []float32, ldc int, a leftOperand, m int, b *packedMatrix, add bool) {
 	k, n := b.k, b.n
 	if m == 0 || n == 0 {
 		return
 	}
 	kern := trainKernel
-	jobRows := gemmJobRows / kern.rows * kern.rows
-	jobPanels := max(1, gemmJobCols/b.w)
+	mr, nr := kern.rows, kern.cols
+	jobRows := max(1, gemmJobRows/mr) * mr
 	rowJobs := (m + jobRows - 1) / jobRows
-	colJobs := (b.panels() + jobPanels - 1) / jobPanels
+	colJobs := min(b.panels(), (gemmJobs+rowJobs-1)/rowJobs)
+	jobPanels := (b.panels() + colJobs - 1) / colJobs
+	colJobs = (b.panels() + jobPanels - 1) / jobPanels
 	work := func(lo, hi int) {
 		var tile [gemmMaxRows * gemmMaxCols]float32
-		var apad [gemmMaxRows * gemmKC]float32
+		buf := gemmScratch.Get().(*[]float32)
+		defer gemmScratch.Put(buf)
 		for job := lo; job < hi; job++ {
 			r0 := job / colJobs * jobRows
-			r1 := min(r0+jobRows, m)
+			rows := min(jobRows, m-r0)
 			p0 := job % colJobs * jobPanels
 			p1 := min(p0+jobPanels, b.panels())
 			if !add {
-				for r := r0; r < r1; r++ {
-					clear(c[r*ldc+p0*b.w : r*ldc+min(p1*b.w, n)])
+				for r := r0; r < r0+rows; r++ {
+					clear(c[r*ldc+p0*nr : r*ldc+min(p1*nr, n)])
 				}
+			}
+			if k == 0 {
+				continue
 			}
 			for k0 := 0; k0 < k; k0 += gemmKC {
 				kl := min(gemmKC, k-k0)
+				// A transposed is read in place, a column of mr values per
+				// l; otherwise (and for the last rows) it is packed.
+				var ap []float32
+				if !a.trans || rows%mr != 0 {
+					ap = (*buf)[:(rows+mr-1)/mr*mr*kl]
+					a.packBlock(ap, r0, rows, k0, kl, mr)
+				}
 				for q := p0; q < p1; q++ {
-					panel := b.data[(q*k+k0)*b.w : (q*k+k0+kl)*b.w]
-					j0 := q * b.w
-					cols := min(b.w, n-j0)
-					for i := r0; i < r1; i += kern.rows {
-						rows := min(kern.rows, r1-i)
-						if rows == kern.rows && cols == b.w {
-							kern.run(panel, a[i*lda+k0:], lda, kl, c[i*ldc+j0:], ldc)
+					panel := b.data[(q*k+k0)*nr : (q*k+k0+kl)*nr]
+					j0 := q * nr
+					cols := min(nr, n-j0)
+					for ib := 0; ib < rows; ib += mr {
+						micro, lda := ap, mr
+						if ap == nil {
+							micro, lda = a.data[k0*a.ld+r0+ib:], a.ld
+						} else {
+							micro = ap[ib*kl : ib*kl+kl*mr]
+						}
+						r := min(mr, rows-ib)
+						if r == mr && cols == nr {
+							kern.run(kl, micro, lda, panel, c[(r0+ib)*ldc+j0:], ldc)
 							continue
 						}
-						// An edge block: rows past m read zeros, columns
-						// past n are dropped.
-						x, xs := a[i*lda+k0:], lda
-						if rows < kern.rows {
-							x, xs = apad[:kern.rows*kl], kl
-							clear(x)
-							for r := range rows {
-								copy(x[r*kl:(r+1)*kl], a[(i+r)*lda+k0:(i+r)*lda+k0+kl])
-							}
-						}
-						t := tile[:kern.rows*b.w]
+						// An edge block: into a tile, keeping what is in C.
+						t := tile[:mr*nr]
 						clear(t)
-						kern.run(panel, x, xs, kl, t, b.w)
-						for r := range rows {
-							cr := c[(i+r)*ldc+j0 : (i+r)*ldc+j0+cols]
-							for j, v := range t[r*b.w : r*b.w+cols] {
+						kern.run(kl, micro, lda, panel, t, nr)
+						for rr := range r {
+							cr := c[(r0+ib+rr)*ldc+j0 : (r0+ib+rr)*ldc+j0+cols]
+							for j, v := range t[rr*nr : rr*nr+cols] {
 								cr[j] += v
 							}
 						}

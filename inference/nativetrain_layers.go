@@ -1,6 +1,9 @@
 package inference
 
-import "math"
+import (
+	"math"
+	"sync"
+)
 
 // The native trainer's layers, each a pair of plain functions in the shape of
 // llm.c's train_gpt2.c: X_forward writes its output and keeps what the
@@ -9,38 +12,32 @@ import "math"
 // input. n is the number of token rows; every activation is [n, width] in
 // rows. The math is Model.forward's.
 
-// nativeLinear holds one weight W [out, in] packed for the forward (Wᵀ) and the
-// backward (W) products, re-packed after every update.
+// nativeLinear holds one weight W [out, in] packed for the forward (Wᵀ) and
+// the backward (W) products, re-packed after every update.
 type nativeLinear struct {
-	w           []float32
-	out, in     int
-	fwd, bwd    packedMatrix
-	dyT, xPanel packedMatrix // scratch of the weight gradient: dYᵀ rows, X packed
+	w        []float32
+	out, in  int
+	fwd, bwd packedMatrix
+	xPacked  packedMatrix // scratch of the weight gradient: X packed
 }
 
 // pack lays out the current weights for both products.
 func (l *nativeLinear) pack(pool *cpuPool) {
-	l.fwd.packCols(pool, l.w, l.out, l.in)
+	l.fwd.packCols(pool, l.w, l.out, l.in, l.in)
 	l.bwd.packRows(pool, l.w, l.out, l.in, l.in)
 }
 
 // linearForward computes y [n, out] (+)= x [n, in]·Wᵀ.
 func linearForward(pool *cpuPool, y, x []float32, l *nativeLinear, n int, add bool) {
-	gemm(pool, y, l.out, x, l.in, n, &l.fwd, add)
+	gemm(pool, y, l.out, leftOperand{data: x, ld: l.in}, n, &l.fwd, add)
 }
 
 // linearBackward accumulates dx [n, in] += dy·W and dw [out, in] += dyᵀ·x
-// for dy [n, out]. dx may be nil when the input needs no gradient.
+// for dy [n, out].
 func linearBackward(pool *cpuPool, dx, dw, dy, x []float32, l *nativeLinear, n int) {
-	if dx != nil {
-		gemm(pool, dx, l.in, dy, l.out, n, &l.bwd, true)
-	}
-	// dyᵀ is the left operand: transpose it into rows (dyT.data is only a
-	// buffer here), and pack x as the right one.
-	grow(&l.dyT.data, l.out*n)
-	transpose(pool, l.dyT.data, dy, n, l.out)
-	l.xPanel.packRows(pool, x, n, l.in, l.in)
-	gemm(pool, dw, l.in, l.dyT.data, n, l.out, &l.xPanel, true)
+	gemm(pool, dx, l.in, leftOperand{data: dy, ld: l.out}, n, &l.bwd, true)
+	l.xPacked.packRows(pool, x, n, l.in, l.in)
+	gemm(pool, dw, l.in, leftOperand{data: dy, ld: l.out, trans: true}, l.out, &l.xPacked, true)
 }
 
 // rowChunks is the number of fixed row ranges a reduction over rows is split
@@ -153,80 +150,97 @@ type seqSpan struct {
 	off, len, probOff int
 }
 
+// attnScratch is one attention head's packed operands and score gradients.
+type attnScratch struct {
+	b1, b2 packedMatrix
+	dp     []float32
+}
+
+var attnScratchPool = sync.Pool{New: func() any { return new(attnScratch) }}
+
 // attentionForward computes causal softmax attention within each sequence:
 // for qkv [n, 3d] (rotated queries, rotated keys, values) it writes att
 // [n, d] and keeps the probabilities, per sequence and head a [len, len]
-// matrix (zero above the diagonal), in probs.
+// matrix (zero above the diagonal), in probs. Each sequence and head is one
+// parallel unit; its products run on the gemm micro-kernel.
 func attentionForward(pool *cpuPool, att, probs, qkv []float32, seqs []seqSpan, d, heads int) {
 	hd := d / heads
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	w := 3 * d
 	pool.run(len(seqs)*heads, 1, func(lo, hi int) {
+		sc := attnScratchPool.Get().(*attnScratch)
+		defer attnScratchPool.Put(sc)
 		for u := lo; u < hi; u++ {
 			s, h := seqs[u/heads], u%heads
 			L := s.len
+			q, k, v := s.off*w+h*hd, s.off*w+d+h*hd, s.off*w+2*d+h*hd
 			p := probs[s.probOff+h*L*L : s.probOff+(h+1)*L*L]
+			// Scores q·kᵀ, then a causal softmax of each row.
+			sc.b1.packCols(nil, qkv[k:], L, hd, w)
+			gemm(nil, p, L, leftOperand{data: qkv[q:], ld: w}, L, &sc.b1, false)
 			for t := range L {
-				q := qkv[(s.off+t)*w+h*hd : (s.off+t)*w+(h+1)*hd]
 				pr := p[t*L : (t+1)*L]
 				mx := float32(math.Inf(-1))
-				for v := 0; v <= t; v++ {
-					k := qkv[(s.off+v)*w+d+h*hd : (s.off+v)*w+d+(h+1)*hd]
-					pr[v] = dot(q, k) * scale
-					mx = max(mx, pr[v])
+				for j := range pr[:t+1] {
+					pr[j] *= scale
+					mx = max(mx, pr[j])
 				}
 				var sum float32
-				for v := 0; v <= t; v++ {
-					e := expf(pr[v] - mx)
-					pr[v] = e
+				for j, x := range pr[:t+1] {
+					e := expf(x - mx)
+					pr[j] = e
 					sum += e
 				}
 				inv := 1 / sum
-				out := att[(s.off+t)*d+h*hd : (s.off+t)*d+(h+1)*hd]
-				clear(out)
-				for v := 0; v <= t; v++ {
-					pr[v] *= inv
-					axpy(out, pr[v], qkv[(s.off+v)*w+2*d+h*hd:(s.off+v)*w+2*d+(h+1)*hd])
+				for j := range pr[:t+1] {
+					pr[j] *= inv
 				}
 				clear(pr[t+1:])
 			}
+			// The output p·v.
+			sc.b2.packRows(nil, qkv[v:], L, hd, w)
+			gemm(nil, att[s.off*d+h*hd:], d, leftOperand{data: p, ld: L}, L, &sc.b2, false)
 		}
 	})
 }
 
 // attentionBackward accumulates into dqkv [n, 3d] the gradients of the
-// rotated queries, rotated keys and values given datt [n, d].
-func attentionBackward(pool *cpuPool, dqkv, datt, probs, qkv []float32, seqs []seqSpan, d, heads, maxLen int) {
+// rotated queries, rotated keys and values given datt [n, d]: with dS =
+// P·(dP − rowsum(P·dP))·scale for dP = dout·vᵀ, dv += Pᵀ·dout, dq += dS·k,
+// dk += dSᵀ·q.
+func attentionBackward(pool *cpuPool, dqkv, datt, probs, qkv []float32, seqs []seqSpan, d, heads int) {
 	hd := d / heads
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	w := 3 * d
 	pool.run(len(seqs)*heads, 1, func(lo, hi int) {
-		dpr := make([]float32, maxLen)
+		sc := attnScratchPool.Get().(*attnScratch)
+		defer attnScratchPool.Put(sc)
 		for u := lo; u < hi; u++ {
 			s, h := seqs[u/heads], u%heads
 			L := s.len
+			q, k, v := s.off*w+h*hd, s.off*w+d+h*hd, s.off*w+2*d+h*hd
+			do := s.off*d + h*hd
 			p := probs[s.probOff+h*L*L : s.probOff+(h+1)*L*L]
+			dp := grow(&sc.dp, L*L)
+			sc.b1.packCols(nil, qkv[v:], L, hd, w)
+			gemm(nil, dp, L, leftOperand{data: datt[do:], ld: d}, L, &sc.b1, false)
 			for t := range L {
-				pr := p[t*L : (t+1)*L]
-				do := datt[(s.off+t)*d+h*hd : (s.off+t)*d+(h+1)*hd]
-				// dP[v] = dout·v_v; dV_v += P[v]·dout.
+				pr, dr := p[t*L:t*L+t+1], dp[t*L:t*L+t+1]
 				var sum float32
-				for v := 0; v <= t; v++ {
-					row := (s.off + v) * w
-					dpr[v] = dot(do, qkv[row+2*d+h*hd:row+2*d+(h+1)*hd])
-					axpy(dqkv[row+2*d+h*hd:row+2*d+(h+1)*hd], pr[v], do)
-					sum += dpr[v] * pr[v]
+				for j, x := range pr {
+					sum += x * dr[j]
 				}
-				// dS = P·(dP − Σ P·dP), scaled; dq += dS·k, dk += dS·q.
-				dq := dqkv[(s.off+t)*w+h*hd : (s.off+t)*w+(h+1)*hd]
-				q := qkv[(s.off+t)*w+h*hd : (s.off+t)*w+(h+1)*hd]
-				for v := 0; v <= t; v++ {
-					ds := pr[v] * (dpr[v] - sum) * scale
-					row := (s.off + v) * w
-					axpy(dq, ds, qkv[row+d+h*hd:row+d+(h+1)*hd])
-					axpy(dqkv[row+d+h*hd:row+d+(h+1)*hd], ds, q)
+				for j, x := range pr {
+					dr[j] = x * (dr[j] - sum) * scale
 				}
+				clear(dp[t*L+t+1 : (t+1)*L])
 			}
+			sc.b1.packRows(nil, datt[do:], L, hd, d)
+			gemm(nil, dqkv[v:], w, leftOperand{data: p, ld: L, trans: true}, L, &sc.b1, true)
+			sc.b1.packRows(nil, qkv[k:], L, hd, w)
+			gemm(nil, dqkv[q:], w, leftOperand{data: dp, ld: L}, L, &sc.b1, true)
+			sc.b2.packRows(nil, qkv[q:], L, hd, w)
+			gemm(nil, dqkv[k:], w, leftOperand{data: dp, ld: L, trans: true}, L, &sc.b2, true)
 		}
 	})
 }
@@ -261,9 +275,10 @@ func swigluBackward(pool *cpuPool, dgu, dact, gu []float32, n, f int) {
 	})
 }
 
-// logSoftmaxForward computes, for logits [n, v], each row's log-sum-exp
-// lse [n] and the log-probability logp[j] = logits[j][tgt[j]] − lse[j].
-func logSoftmaxForward(pool *cpuPool, lse, logp, logits []float32, tgt []int, n, v int) {
+// logSoftmaxForward computes, for logits [n, v], the log-probability
+// logp[j] = logits[j][tgt[j]] − logsumexp(logits[j]), and overwrites each
+// row with e^(logit − max), keeping 1/Σ in inv [n], for the backward.
+func logSoftmaxForward(pool *cpuPool, inv, logp, logits []float32, tgt []int, n, v int) {
 	pool.run(n, 16, func(lo, hi int) {
 		for j := lo; j < hi; j++ {
 			row := logits[j*v : (j+1)*v]
@@ -271,32 +286,31 @@ func logSoftmaxForward(pool *cpuPool, lse, logp, logits []float32, tgt []int, n,
 			for _, x := range row {
 				mx = max(mx, x)
 			}
+			target := row[tgt[j]]
 			var sum float32
-			for _, x := range row {
-				sum += expf(x - mx)
+			for i, x := range row {
+				e := expf(x - mx)
+				row[i] = e
+				sum += e
 			}
-			lse[j] = mx + float32(math.Log(float64(sum)))
-			logp[j] = row[tgt[j]] - lse[j]
+			inv[j] = 1 / sum
+			logp[j] = target - mx - float32(math.Log(float64(sum)))
 		}
 	})
 }
 
-// logSoftmaxBackward overwrites logits [n, v] with the gradient of the loss
-// −Σ_j w[j]·logp[j]: w[j]·(softmax(row) − onehot(tgt[j])).
-func logSoftmaxBackward(pool *cpuPool, logits, lse, w []float32, tgt []int, n, v int) {
+// logSoftmaxBackward overwrites the rows left by logSoftmaxForward with the
+// gradient of the loss −Σ_j w[j]·logp[j] with respect to the logits:
+// w[j]·(softmax(row) − onehot(tgt[j])).
+func logSoftmaxBackward(pool *cpuPool, rows, inv, w []float32, tgt []int, n, v int) {
 	pool.run(n, 16, func(lo, hi int) {
 		for j := lo; j < hi; j++ {
-			row := logits[j*v : (j+1)*v]
-			wj := w[j]
-			if wj == 0 {
-				clear(row)
-				continue
+			row := rows[j*v : (j+1)*v]
+			f := w[j] * inv[j]
+			for i, e := range row {
+				row[i] = f * e
 			}
-			m := lse[j]
-			for i, x := range row {
-				row[i] = wj * expf(x-m)
-			}
-			row[tgt[j]] -= wj
+			row[tgt[j]] -= w[j]
 		}
 	})
 }

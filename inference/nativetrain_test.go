@@ -14,47 +14,64 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 )
 
+// TestNativeGemmMatchesNaive checks every micro-kernel this CPU runs, with A
+// read in rows and in columns and B packed from rows and from columns, on
+// sizes around the kernels' blocks.
 func TestNativeGemmMatchesNaive(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	pool := newCPUPool(2)
 	defer pool.close()
-	for _, tc := range []struct{ m, k, n int }{
-		{1, 1, 1}, {5, 7, 3}, {6, 16, 16}, {7, 17, 33}, {13, 300, 20}, {96, 64, 64},
-		{100, 33, 130}, {200, 129, 97}, {31, 600, 45},
-	} {
-		for _, add := range []bool{false, true} {
+	defer func(k microKernel) { trainKernel = k }(trainKernel)
+	for _, kern := range trainKernels {
+		trainKernel = kern
+		for _, tc := range []struct{ m, k, n int }{
+			{1, 1, 1}, {5, 7, 3}, {6, 16, 16}, {12, 32, 32}, {7, 17, 33}, {13, 300, 20}, {96, 64, 64},
+			{100, 33, 130}, {200, 129, 97}, {31, 600, 45},
+		} {
 			a, bm := randSlice(rng, tc.m*tc.k), randSlice(rng, tc.k*tc.n)
-			c0 := randSlice(rng, tc.m*tc.n)
-			want := slices.Clone(c0)
-			for i := range tc.m {
-				for j := range tc.n {
-					var s float64
-					for l := range tc.k {
-						s += float64(a[i*tc.k+l]) * float64(bm[l*tc.n+j])
-					}
-					if add {
-						want[i*tc.n+j] += float32(s)
-					} else {
-						want[i*tc.n+j] = float32(s)
-					}
-				}
-			}
-			// The same product with B packed from rows and from its
-			// transpose.
-			bt := make([]float32, tc.k*tc.n)
-			transpose(pool, bt, bm, tc.k, tc.n)
+			at, bt := naiveTranspose(a, tc.m, tc.k), naiveTranspose(bm, tc.k, tc.n)
 			var rows, cols packedMatrix
 			rows.packRows(pool, bm, tc.k, tc.n, tc.n)
-			cols.packCols(pool, bt, tc.n, tc.k)
-			for name, p := range map[string]*packedMatrix{"rows": &rows, "cols": &cols} {
-				got := slices.Clone(c0)
-				gemm(pool, got, tc.n, a, tc.k, tc.m, p, add)
-				if d := maxAbsDiff(got, want); d > 1e-3*math.Sqrt(float64(tc.k)) {
-					t.Errorf("%dx%dx%d add=%v packed from %s: max diff %g", tc.m, tc.k, tc.n, add, name, d)
+			cols.packCols(pool, bt, tc.n, tc.k, tc.k)
+			for _, add := range []bool{false, true} {
+				c0 := randSlice(rng, tc.m*tc.n)
+				want := slices.Clone(c0)
+				for i := range tc.m {
+					for j := range tc.n {
+						var s float64
+						for l := range tc.k {
+							s += float64(a[i*tc.k+l]) * float64(bm[l*tc.n+j])
+						}
+						if add {
+							want[i*tc.n+j] += float32(s)
+						} else {
+							want[i*tc.n+j] = float32(s)
+						}
+					}
+				}
+				for _, left := range []leftOperand{{data: a, ld: tc.k}, {data: at, ld: tc.m, trans: true}} {
+					for name, p := range map[string]*packedMatrix{"rows": &rows, "cols": &cols} {
+						got := slices.Clone(c0)
+						gemm(pool, got, tc.n, left, tc.m, p, add)
+						if d := maxAbsDiff(got, want); d > 1e-4*math.Sqrt(float64(tc.k)) {
+							t.Errorf("kernel %dx%d, %dx%dx%d add=%v, A transposed %v, B packed from %s: max diff %g",
+								kern.rows, kern.cols, tc.m, tc.k, tc.n, add, left.trans, name, d)
+						}
+					}
 				}
 			}
 		}
 	}
+}
+
+func naiveTranspose(a []float32, rows, cols int) []float32 {
+	t := make([]float32, len(a))
+	for r := range rows {
+		for c := range cols {
+			t[c*rows+r] = a[r*cols+c]
+		}
+	}
+	return t
 }
 
 // randomModel has random weights larger than NewModel's, and norms away from
