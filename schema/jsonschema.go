@@ -26,6 +26,7 @@ func wireTypes() map[string]any {
 		"canary_request.json":           CanaryRequest{},
 		"rollout_change.json":           RolloutChange{},
 		"curves.json":                   Curves{},
+		"dialogue.json":                 Dialogue{},
 	}
 }
 
