@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/parleyhq/parley/schema"
+	"github.com/parleyhq/parley/simulator"
 )
 
 // TestAssemblerKeepsTheRetriedTurn replays what a gateway does when a turn's
@@ -14,7 +15,7 @@ import (
 // two arrive in, the dialogue holds the later one.
 func TestAssemblerKeepsTheRetriedTurn(t *testing.T) {
 	d := testDialogues(1, 3)[0]
-	es, err := d.Events(rand.New(rand.NewPCG(1, 2)))
+	es, err := simulator.DialogueEvents(d, rand.New(rand.NewPCG(1, 2)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/parleyhq/parley/schema"
-	"github.com/parleyhq/parley/simulator"
 )
 
 // ConsumerConfig configures the session consumer.
@@ -208,7 +207,7 @@ func (c *Consumer) recover() error {
 		return fmt.Errorf("recover open sessions: %w", err)
 	}
 	now := c.now()
-	var done []simulator.Dialogue
+	var done []schema.Dialogue
 	for _, e := range events {
 		if d, _ := c.asm.apply(e, now); d != nil {
 			done = append(done, *d)
@@ -252,7 +251,7 @@ func (c *Consumer) process(msgs []kafka.Message) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.now()
-	var done []simulator.Dialogue
+	var done []schema.Dialogue
 	var fresh []schema.SessionEvent
 	for _, m := range msgs {
 		c.stats.Records++

@@ -21,13 +21,13 @@ import (
 
 // testDialogues builds n dialogues of a few players with 1..6 exchanges
 // and a mix of end reasons.
-func testDialogues(n int, seed uint64) []simulator.Dialogue {
+func testDialogues(n int, seed uint64) []schema.Dialogue {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	reasons := []schema.EndReason{schema.EndPlayerEnded, schema.EndIdleTimeout, schema.EndMaxTurns, schema.EndSafety}
 	t0 := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
-	out := make([]simulator.Dialogue, n)
+	out := make([]schema.Dialogue, n)
 	for i := range out {
-		d := simulator.Dialogue{
+		d := schema.Dialogue{
 			SessionID: fmt.Sprintf("s-%03d", i), PlayerID: fmt.Sprintf("p-%d", i%5), NPCID: "blacksmith",
 			Deployment: "dev", PolicyVersion: "v1", Reason: reasons[rng.IntN(len(reasons))],
 			Started: t0.Add(time.Duration(i) * time.Minute),
@@ -44,12 +44,12 @@ func testDialogues(n int, seed uint64) []simulator.Dialogue {
 
 // shuffledEvents returns the events of ds in a random order with about a
 // fifth of them repeated (same event_id) later on.
-func shuffledEvents(t *testing.T, ds []simulator.Dialogue, seed uint64) []schema.SessionEvent {
+func shuffledEvents(t *testing.T, ds []schema.Dialogue, seed uint64) []schema.SessionEvent {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 11))
 	var events []schema.SessionEvent
 	for _, d := range ds {
-		es, err := d.Events(rng)
+		es, err := simulator.DialogueEvents(d, rng)
 		if err != nil {
 			t.Fatalf("Events(%s): %v", d.SessionID, err)
 		}
@@ -120,7 +120,7 @@ func runUntil(t *testing.T, c *Consumer, s *Store, want int) error {
 	}
 }
 
-func checkStored(t *testing.T, s *Store, want []simulator.Dialogue) {
+func checkStored(t *testing.T, s *Store, want []schema.Dialogue) {
 	t.Helper()
 	if got := s.Len(); got != len(want) {
 		t.Errorf("store holds %d dialogues; want %d", got, len(want))
@@ -135,7 +135,7 @@ func checkStored(t *testing.T, s *Store, want []simulator.Dialogue) {
 			t.Errorf("session %s stored %d times; want once", w.SessionID, count[w.SessionID])
 			continue
 		}
-		var d simulator.Dialogue
+		var d schema.Dialogue
 		for _, g := range got {
 			if g.SessionID == w.SessionID {
 				d = g
@@ -225,7 +225,7 @@ func TestConsumerResumesOpenSessions(t *testing.T) {
 	var first, second []schema.SessionEvent
 	rng := rand.New(rand.NewPCG(4, 4))
 	for _, d := range want {
-		es, err := d.Events(rng)
+		es, err := simulator.DialogueEvents(d, rng)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -281,7 +281,7 @@ func TestAssemblerExpiresAbandonedSessions(t *testing.T) {
 	d := testDialogues(1, 5)[0]
 	d.Reason = ""
 	rng := rand.New(rand.NewPCG(1, 1))
-	es, err := d.Events(rng)
+	es, err := simulator.DialogueEvents(d, rng)
 	if err != nil {
 		t.Fatal(err)
 	}

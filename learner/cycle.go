@@ -454,8 +454,8 @@ func (c *Cycle) serving(ctx context.Context, reg *registry.Local) (string, error
 // prompts turns stored dialogues into the training pool (players outside
 // the held-out share) and the held-out prompts: each dialogue's opening,
 // with two other dialogues of its player as style demonstrations.
-func (c *Cycle) prompts(ds []simulator.Dialogue) (pool, held []rl.Prompt) {
-	var usable []simulator.Dialogue
+func (c *Cycle) prompts(ds []schema.Dialogue) (pool, held []rl.Prompt) {
+	var usable []schema.Dialogue
 	for _, d := range ds {
 		if len(d.Exchanges) > 0 && d.Exchanges[0].User != "" {
 			usable = append(usable, d)
@@ -505,7 +505,7 @@ func (c *Cycle) groundTruthPrompts(pop *simulator.Population) []rl.Prompt {
 
 // publish saves the trained model with its manifest and curves and puts
 // it into the registry as the next version, atomically.
-func (c *Cycle) publish(ctx context.Context, reg *registry.Local, res *CycleResult, m *inference.Model, tok *inference.Tokenizer, ds []simulator.Dialogue) error {
+func (c *Cycle) publish(ctx context.Context, reg *registry.Local, res *CycleResult, m *inference.Model, tok *inference.Tokenizer, ds []schema.Dialogue) error {
 	version, err := nextVersion(ctx, reg, c.cfg.Model)
 	if err != nil {
 		return fmt.Errorf("at-grpo cycle: %w", err)

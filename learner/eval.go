@@ -163,7 +163,7 @@ type evaluator struct {
 // dialogues the user agent may show as a player's style demonstrations
 // (usually every dialogue of the held-out players); risks are the [End
 // Risk] values of the training layout (trainingRisks).
-func (ev evaluator) evaluate(ctx context.Context, m *inference.Model, tok *inference.Tokenizer, heldOut []simulator.Dialogue, demos map[string][]simulator.Dialogue) (Metrics, error) {
+func (ev evaluator) evaluate(ctx context.Context, m *inference.Model, tok *inference.Tokenizer, heldOut []schema.Dialogue, demos map[string][]schema.Dialogue) (Metrics, error) {
 	if len(heldOut) == 0 {
 		return Metrics{}, errors.New("evaluate: no held-out dialogues")
 	}
@@ -271,7 +271,7 @@ func sumNLL(m *inference.Model, insts []instance, batch int) (float64, int, erro
 
 // npcReplies generates NPC turns for held-out prefixes (the real dialogue
 // up to a user turn), at most MaxReplies, all queued at once.
-func (ev evaluator) npcReplies(ctx context.Context, eng *inference.Engine, tok *inference.Tokenizer, heldOut []simulator.Dialogue) ([]string, error) {
+func (ev evaluator) npcReplies(ctx context.Context, eng *inference.Engine, tok *inference.Tokenizer, heldOut []schema.Dialogue) ([]string, error) {
 	var prompts [][]int
 	for _, d := range heldOut {
 		for k := range d.Exchanges {
@@ -336,7 +336,7 @@ func generateAll(ctx context.Context, eng *inference.Engine, prompts [][]int, cf
 // whose length the player decided (player_ended, idle_timeout) or the cap
 // (max_turns). The replies the agent generates feed Dist-n and words per
 // turn.
-func (ev evaluator) userFidelity(ctx context.Context, eng *inference.Engine, heldOut []simulator.Dialogue, demos map[string][]simulator.Dialogue, met *Metrics) error {
+func (ev evaluator) userFidelity(ctx context.Context, eng *inference.Engine, heldOut []schema.Dialogue, demos map[string][]schema.Dialogue, met *Metrics) error {
 	uacfg := ev.ua
 	uacfg.Sampling.MaxTokens = ev.cfg.ReplyTokens
 	ua, err := simulator.NewUserAgent(eng, uacfg)

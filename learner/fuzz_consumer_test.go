@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/parleyhq/parley/schema"
-	"github.com/parleyhq/parley/simulator"
 )
 
 // fuzzEvents are the records of one small session, as the gateway writes them.
@@ -50,7 +49,7 @@ func FuzzSessionEvents(f *testing.F) {
 		now := time.Date(2026, 1, 1, 13, 0, 0, 0, time.UTC)
 		closed := map[string]bool{}
 		a := newAssembler(func(id string) bool { return closed[id] })
-		var out []simulator.Dialogue
+		var out []schema.Dialogue
 		for i, rec := range bytes.Split(data, []byte("\n")) {
 			if i == 256 {
 				break

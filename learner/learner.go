@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/parleyhq/parley/inference"
+	"github.com/parleyhq/parley/schema"
 	"github.com/parleyhq/parley/simulator"
 )
 
@@ -166,7 +167,7 @@ func EvalOptionsFrom(c SFTConfig) EvalOptions {
 
 // EvaluateModel loads the registry version in dir (checksums verified) and
 // measures it as opts.Role on the held-out players of dialogues.
-func EvaluateModel(ctx context.Context, dir string, dialogues []simulator.Dialogue, opts EvalOptions, logger *slog.Logger) (Metrics, error) {
+func EvaluateModel(ctx context.Context, dir string, dialogues []schema.Dialogue, opts EvalOptions, logger *slog.Logger) (Metrics, error) {
 	if err := opts.Role.Validate(); err != nil {
 		return Metrics{}, err
 	}

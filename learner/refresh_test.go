@@ -12,6 +12,7 @@ import (
 	"github.com/parleyhq/parley/inference/registry"
 	"github.com/parleyhq/parley/internal/testenv"
 	"github.com/parleyhq/parley/schema"
+	"github.com/parleyhq/parley/simulator"
 )
 
 func TestFidelityGate(t *testing.T) {
@@ -139,7 +140,7 @@ func TestLearnerEndToEnd(t *testing.T) {
 	var events []schema.SessionEvent
 	rng := rand.New(rand.NewPCG(1, 1))
 	for _, d := range ds {
-		es, err := d.Events(rng)
+		es, err := simulator.DialogueEvents(d, rng)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -199,7 +199,7 @@ type SFTResult struct {
 // evaluated, trained with AdamW (checkpointing to DataDir/RunID and
 // resuming from there after a crash), evaluated again and, unless the gate
 // refuses it, published to the registry with its manifest.
-func TrainSFT(ctx context.Context, cfg SFTConfig, dialogues []simulator.Dialogue, logger *slog.Logger) (*SFTResult, error) {
+func TrainSFT(ctx context.Context, cfg SFTConfig, dialogues []schema.Dialogue, logger *slog.Logger) (*SFTResult, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -314,7 +314,7 @@ func TrainSFT(ctx context.Context, cfg SFTConfig, dialogues []simulator.Dialogue
 // checkpoint), else the parent version, else a fresh model with a
 // tokenizer trained on the training dialogues. It saves the tokenizer and
 // architecture into the run directory.
-func startingModel(ctx context.Context, cfg SFTConfig, runDir string, ckpt *checkpoint, train []simulator.Dialogue, logger *slog.Logger) (*inference.Model, *inference.Tokenizer, error) {
+func startingModel(ctx context.Context, cfg SFTConfig, runDir string, ckpt *checkpoint, train []schema.Dialogue, logger *slog.Logger) (*inference.Model, *inference.Tokenizer, error) {
 	tokPath := filepath.Join(runDir, inference.TokenizerFile)
 	if ckpt != nil {
 		tok, err := inference.LoadTokenizer(tokPath)
@@ -642,7 +642,7 @@ func hyperparameters(cfg SFTConfig, tc inference.TrainConfig, steps int) map[str
 }
 
 // dataWindow spans the dialogues' start and end times.
-func dataWindow(ds []simulator.Dialogue) *schema.DataWindow {
+func dataWindow(ds []schema.Dialogue) *schema.DataWindow {
 	w := &schema.DataWindow{Sessions: len(ds)}
 	for _, d := range ds {
 		if w.From.IsZero() || d.Started.Before(w.From) {

@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/parleyhq/parley/inference"
+	"github.com/parleyhq/parley/schema"
 	"github.com/parleyhq/parley/simulator"
 )
 
@@ -60,7 +61,7 @@ func (p npcPrompt) card(npcID string) string {
 
 // instance is the whole dialogue with loss on the NPC turns (their text
 // and <|end|>), cut to maxSeq tokens.
-func (p npcPrompt) instance(tok *inference.Tokenizer, d simulator.Dialogue, maxSeq int) (instance, error) {
+func (p npcPrompt) instance(tok *inference.Tokenizer, d schema.Dialogue, maxSeq int) (instance, error) {
 	var in instance
 	add := func(role, text string, loss bool) error {
 		ids, err := tok.EncodeChat([]inference.Message{{Role: role, Text: text}}, false)
@@ -94,7 +95,7 @@ func (p npcPrompt) instance(tok *inference.Tokenizer, d simulator.Dialogue, maxS
 // generationPrompt is the prompt for the NPC's reply in exchange k
 // (0-based): card, exchanges before k, the user turn of k, then <|npc|>.
 // Oldest exchanges are dropped to fit within budget tokens.
-func (p npcPrompt) generationPrompt(tok *inference.Tokenizer, d simulator.Dialogue, k, budget int) ([]int, error) {
+func (p npcPrompt) generationPrompt(tok *inference.Tokenizer, d schema.Dialogue, k, budget int) ([]int, error) {
 	for first := 0; first <= k; first++ {
 		msgs := []inference.Message{{Role: inference.RoleSystem, Text: p.card(d.NPCID)}}
 		for _, x := range d.Exchanges[first:k] {
@@ -126,7 +127,7 @@ func (p npcPrompt) generationPrompt(tok *inference.Tokenizer, d simulator.Dialog
 //
 // Demos are left out, the last first, then the oldest exchanges, until an
 // instance fits in maxSeq; a turn that does not fit even alone is cut.
-func userInstances(tok *inference.Tokenizer, ua simulator.UserAgentConfig, demos []simulator.Dialogue, target simulator.Dialogue, risks []float64, maxSeq int) ([]instance, error) {
+func userInstances(tok *inference.Tokenizer, ua simulator.UserAgentConfig, demos []schema.Dialogue, target schema.Dialogue, risks []float64, maxSeq int) ([]instance, error) {
 	n := len(target.Exchanges)
 	turns := n
 	if target.Reason.PlayerEnded() {
@@ -144,7 +145,7 @@ func userInstances(tok *inference.Tokenizer, ua simulator.UserAgentConfig, demos
 }
 
 // userTurnInstance renders the instance of user turn j (1-based) of target.
-func userTurnInstance(tok *inference.Tokenizer, ua simulator.UserAgentConfig, demos []simulator.PromptDialogue, target simulator.Dialogue, risks []float64, j, maxSeq int) (instance, error) {
+func userTurnInstance(tok *inference.Tokenizer, ua simulator.UserAgentConfig, demos []simulator.PromptDialogue, target schema.Dialogue, risks []float64, j, maxSeq int) (instance, error) {
 	n := len(target.Exchanges)
 	first := 0 // oldest exchange shown
 	for {
@@ -202,7 +203,7 @@ func weightedSpans(ws []float32) [][2]int {
 
 // promptDemos shows demos without [End Risk] values: no user agent scored
 // them.
-func promptDemos(demos []simulator.Dialogue) []simulator.PromptDialogue {
+func promptDemos(demos []schema.Dialogue) []simulator.PromptDialogue {
 	out := make([]simulator.PromptDialogue, len(demos))
 	for i, d := range demos {
 		out[i] = simulator.PromptDialogueOf(d, nil)
@@ -213,8 +214,8 @@ func promptDemos(demos []simulator.Dialogue) []simulator.PromptDialogue {
 // pickDemos chooses up to two other dialogues of target's player from
 // pool (the player's dialogues): the latest ones that started before the
 // target, else the earliest after it.
-func pickDemos(pool []simulator.Dialogue, target simulator.Dialogue) []simulator.Dialogue {
-	var before, after []simulator.Dialogue
+func pickDemos(pool []schema.Dialogue, target schema.Dialogue) []schema.Dialogue {
+	var before, after []schema.Dialogue
 	for _, d := range pool {
 		switch {
 		case d.SessionID == target.SessionID || len(d.Exchanges) == 0:
@@ -224,7 +225,7 @@ func pickDemos(pool []simulator.Dialogue, target simulator.Dialogue) []simulator
 			after = append(after, d)
 		}
 	}
-	byStart := func(a, b simulator.Dialogue) int {
+	byStart := func(a, b schema.Dialogue) int {
 		return cmp.Or(a.Started.Compare(b.Started), cmp.Compare(a.SessionID, b.SessionID))
 	}
 	slices.SortFunc(before, byStart)
@@ -245,7 +246,7 @@ func pickDemos(pool []simulator.Dialogue, target simulator.Dialogue) []simulator
 // 2 puts them on the scale of the served p = min(α·2·P_T, 1) of a
 // calibrated agent; they depend on the exchange index only, so they leak
 // nothing about the target's own ending.
-func trainingRisks(ds []simulator.Dialogue, maxTurns int) []float64 {
+func trainingRisks(ds []schema.Dialogue, maxTurns int) []float64 {
 	h := simulator.EmpiricalRisks(ds, maxTurns)
 	for k := range h {
 		h[k] = math.Min(2*h[k], 1)
@@ -266,7 +267,7 @@ func heldOutPlayer(playerID string, share float64, seed uint64) bool {
 }
 
 // splitPlayers splits dialogues into training and held-out ones by player.
-func splitPlayers(ds []simulator.Dialogue, share float64, seed uint64) (train, heldOut []simulator.Dialogue) {
+func splitPlayers(ds []schema.Dialogue, share float64, seed uint64) (train, heldOut []schema.Dialogue) {
 	for _, d := range ds {
 		if heldOutPlayer(d.PlayerID, share, seed) {
 			heldOut = append(heldOut, d)
@@ -278,8 +279,8 @@ func splitPlayers(ds []simulator.Dialogue, share float64, seed uint64) (train, h
 }
 
 // byPlayer groups dialogues by player.
-func byPlayer(ds []simulator.Dialogue) map[string][]simulator.Dialogue {
-	out := map[string][]simulator.Dialogue{}
+func byPlayer(ds []schema.Dialogue) map[string][]schema.Dialogue {
+	out := map[string][]schema.Dialogue{}
 	for _, d := range ds {
 		out[d.PlayerID] = append(out[d.PlayerID], d)
 	}
@@ -292,7 +293,7 @@ var errNoData = errors.New("no usable dialogues")
 // buildInstances renders the training instances of role.
 // decisionWeight multiplies the loss weight of the user agent's
 // [Continue] / [Terminate] token (1 weighs it like any text token).
-func buildInstances(role Role, tok *inference.Tokenizer, ua simulator.UserAgentConfig, prompt npcPrompt, ds []simulator.Dialogue, risks []float64, maxSeq int, decisionWeight float32) ([]instance, error) {
+func buildInstances(role Role, tok *inference.Tokenizer, ua simulator.UserAgentConfig, prompt npcPrompt, ds []schema.Dialogue, risks []float64, maxSeq int, decisionWeight float32) ([]instance, error) {
 	players := byPlayer(ds)
 	var out []instance
 	for _, d := range ds {

@@ -9,12 +9,13 @@ import (
 	"testing"
 
 	"github.com/parleyhq/parley/inference"
+	"github.com/parleyhq/parley/schema"
 	"github.com/parleyhq/parley/simulator"
 )
 
 // generatedCorpus plays a small seeded population against the scripted
 // NPCs and returns the dialogues.
-func generatedCorpus(t testing.TB, players, perPlayer, maxTurns int, seed uint64) []simulator.Dialogue {
+func generatedCorpus(t testing.TB, players, perPlayer, maxTurns int, seed uint64) []schema.Dialogue {
 	t.Helper()
 	cfg := simulator.DefaultCorpusConfig()
 	cfg.Players, cfg.DialoguesPerPlayer, cfg.MaxTurns, cfg.Seed, cfg.IncludeHeldOut = players, perPlayer, maxTurns, seed, true

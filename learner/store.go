@@ -17,7 +17,6 @@ import (
 	"sync"
 
 	"github.com/parleyhq/parley/schema"
-	"github.com/parleyhq/parley/simulator"
 )
 
 // ErrCorrupt is returned when a store file holds a damaged record anywhere
@@ -37,7 +36,7 @@ const (
 //
 // Dialogues go to append-only segment files segment-NNNNNN.jsonl, one record
 // per line: eight hex digits of the CRC-32 (IEEE) of the JSON, a space, the
-// JSON of a simulator.Dialogue. Every Append is fsync'd before it returns;
+// JSON of a schema.Dialogue. Every Append is fsync'd before it returns;
 // a segment is closed and a new one started once it reaches SegmentBytes.
 // A store never holds two dialogues with the same session id.
 //
@@ -55,7 +54,7 @@ type Store struct {
 	logger       *slog.Logger
 
 	mu        sync.RWMutex
-	dialogues []simulator.Dialogue
+	dialogues []schema.Dialogue
 	bySession map[string]int
 	byPlayer  map[string][]int
 	seg       *os.File
@@ -126,7 +125,7 @@ func (s *Store) load() error {
 		last := k == len(idx)-1
 		var dups int
 		err := readRecords(s.segmentPath(i), last, s.logger, func(raw []byte) error {
-			var d simulator.Dialogue
+			var d schema.Dialogue
 			if err := json.Unmarshal(raw, &d); err != nil {
 				return err
 			}
@@ -159,7 +158,7 @@ func (s *Store) load() error {
 	return syncDir(s.dir)
 }
 
-func (s *Store) index(d simulator.Dialogue) {
+func (s *Store) index(d schema.Dialogue) {
 	i := len(s.dialogues)
 	s.dialogues = append(s.dialogues, d)
 	s.bySession[d.SessionID] = i
@@ -271,14 +270,14 @@ func decodeRecord(line []byte) ([]byte, bool) {
 // Append stores the dialogues whose session ids the store does not hold yet
 // (and only the first of several with the same id), fsyncs the segment and
 // returns how many were added. When Append returns nil they are durable.
-func (s *Store) Append(ds []simulator.Dialogue) (int, error) {
+func (s *Store) Append(ds []schema.Dialogue) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.seg == nil {
 		return 0, errors.New("append to store: closed")
 	}
 	var buf bytes.Buffer
-	var fresh []simulator.Dialogue
+	var fresh []schema.Dialogue
 	seen := map[string]bool{}
 	for _, d := range ds {
 		if _, ok := s.bySession[d.SessionID]; ok || seen[d.SessionID] {
@@ -341,7 +340,7 @@ func (s *Store) Len() int {
 
 // Range returns copies of the dialogues stored at positions [from, to) in
 // storage order (to is clamped to Len).
-func (s *Store) Range(from, to int) []simulator.Dialogue {
+func (s *Store) Range(from, to int) []schema.Dialogue {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	to = min(to, len(s.dialogues))
@@ -364,11 +363,11 @@ func (s *Store) Players() []string {
 }
 
 // ByPlayer returns the player's dialogues in storage order.
-func (s *Store) ByPlayer(playerID string) []simulator.Dialogue {
+func (s *Store) ByPlayer(playerID string) []schema.Dialogue {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	idx := s.byPlayer[playerID]
-	out := make([]simulator.Dialogue, len(idx))
+	out := make([]schema.Dialogue, len(idx))
 	for k, i := range idx {
 		out[k] = s.dialogues[i]
 	}

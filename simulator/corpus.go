@@ -126,8 +126,8 @@ var _ NPC = (*ScriptedNPC)(nil)
 // Play lets conv talk to npc until the player leaves, the guard meets a
 // self-harm message (reason safety), or maxTurns exchanges pass. The
 // dialogue's ids and times are left for the caller to fill in.
-func Play(conv *Conversation, npc NPC, maxTurns int) Dialogue {
-	var d Dialogue
+func Play(conv *Conversation, npc NPC, maxTurns int) schema.Dialogue {
+	var d schema.Dialogue
 	user := conv.Opening()
 	for turn := 1; ; turn++ {
 		reply, safety := npc.Reply(user)
@@ -198,7 +198,7 @@ func GenerateCorpus(ctx context.Context, cfg CorpusConfig, w io.Writer) (CorpusS
 			d.Ended = start.Add(time.Duration(len(d.Exchanges)+1) * cfg.TurnGap)
 			start = start.Add(cfg.SessionGap)
 
-			events, err := d.Events(rng)
+			events, err := DialogueEvents(d, rng)
 			if err != nil {
 				return stats, fmt.Errorf("generate corpus: %w", err)
 			}

@@ -100,7 +100,7 @@ func TestGenerateCorpusRoundTrip(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 1))
 	enc := json.NewEncoder(&again)
 	for _, d := range ds {
-		evs, err := d.Events(rng)
+		evs, err := DialogueEvents(d, rng)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -119,8 +119,8 @@ func TestGenerateCorpusRoundTrip(t *testing.T) {
 	}
 }
 
-func normalizeTimes(ds []Dialogue) []Dialogue {
-	out := make([]Dialogue, len(ds))
+func normalizeTimes(ds []schema.Dialogue) []schema.Dialogue {
+	out := make([]schema.Dialogue, len(ds))
 	for i, d := range ds {
 		d.Started, d.Ended = d.Started.UTC(), d.Ended.UTC()
 		out[i] = d
@@ -187,13 +187,13 @@ func TestCorpusConfigValidate(t *testing.T) {
 
 func TestDialogueEvents(t *testing.T) {
 	start := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
-	d := Dialogue{
+	d := schema.Dialogue{
 		SessionID: "s1", PlayerID: "p1", NPCID: "aria", Deployment: "default", PolicyVersion: "v3",
 		ExperimentID: "exp", Arm: schema.ArmCanary, Reason: schema.EndIdleTimeout,
 		Exchanges: []schema.Exchange{{Turn: 1, User: "hi", NPC: "hello"}, {Turn: 2, User: "bye", NPC: "farewell", Safety: schema.SafetyRefused}},
 		Started:   start, Ended: start.Add(30 * time.Second),
 	}
-	evs, err := d.Events(rand.New(rand.NewPCG(1, 2)))
+	evs, err := DialogueEvents(d, rand.New(rand.NewPCG(1, 2)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,21 +210,26 @@ func TestDialogueEvents(t *testing.T) {
 		t.Errorf("session_ended = %+v; want 2 turns, idle_timeout at %v", e, d.Ended)
 	}
 	// At-least-once delivery: duplicates count once.
-	got, err := DialoguesFromEvents(append(evs, evs[1], evs[3]))
+	got, err := schema.DialoguesFromEvents(append(evs, evs[1], evs[3]))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != 1 || !reflect.DeepEqual(got[0], d) {
 		t.Errorf("DialoguesFromEvents = %+v; want %+v", got, d)
 	}
-	// The same turn under a different event id is a conflict.
-	dup := evs[1]
-	dup.EventID = NewEventID(rand.New(rand.NewPCG(9, 9)), dup.TS)
-	if _, err := DialoguesFromEvents(append(evs, dup)); err == nil {
-		t.Error("a turn repeated under a new event id = nil error; want ErrSessionConflict")
+	// The same turn under a different event id: the later event wins.
+	retry := evs[1]
+	retry.EventID = NewEventID(rand.New(rand.NewPCG(9, 9)), retry.TS)
+	retry.NPCText, retry.TS = "hello again", retry.TS.Add(time.Millisecond)
+	got, err = schema.DialoguesFromEvents(append(evs, retry))
+	if err != nil {
+		t.Fatalf("a turn repeated under a new event id: %v; want the later one kept", err)
+	}
+	if len(got) != 1 || got[0].Exchanges[0].NPC != retry.NPCText {
+		t.Errorf("DialoguesFromEvents with a retried turn = %+v; want turn 1 NPC %q", got, retry.NPCText)
 	}
 	// A missing turn is an error, not a silent gap.
-	if _, err := DialoguesFromEvents([]schema.SessionEvent{evs[0], evs[2], evs[3]}); err == nil {
+	if _, err := schema.DialoguesFromEvents([]schema.SessionEvent{evs[0], evs[2], evs[3]}); err == nil {
 		t.Error("turn 2 without turn 1 = nil error; want an error")
 	}
 }

@@ -9,7 +9,7 @@
 //     [GenerateCorpus] lets the population talk to a mix of them and writes
 //     session events as JSON lines.
 //   - [ImportDailyDialog], [ImportJSONL] and [ReadCorpus] read dialogues;
-//     [Dialogue] converts to and from session events.
+//     [DialogueEvents] turns a [schema.Dialogue] into session events.
 //   - [RunBots] plays personas against a running gateway over HTTP and
 //     returns a [BotsSummary].
 //   - [UserAgent] is the learned player simulator on an inference engine.

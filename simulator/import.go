@@ -127,23 +127,23 @@ func ImportDailyDialog(r io.Reader, w io.Writer, opts ImportOptions) (ImportStat
 	return stats, out.flush()
 }
 
-func parseDailyDialog(line []byte, detok bool) (Dialogue, bool, error) {
+func parseDailyDialog(line []byte, detok bool) (schema.Dialogue, bool, error) {
 	if !utf8.Valid(line) {
-		return Dialogue{}, false, errors.New("not valid UTF-8")
+		return schema.Dialogue{}, false, errors.New("not valid UTF-8")
 	}
 	s := strings.TrimSpace(string(line))
 	if s == "" {
-		return Dialogue{}, false, errors.New("empty line, want utterances separated by __eou__")
+		return schema.Dialogue{}, false, errors.New("empty line, want utterances separated by __eou__")
 	}
 	if !strings.HasSuffix(s, "__eou__") {
-		return Dialogue{}, false, errors.New("line does not end with __eou__")
+		return schema.Dialogue{}, false, errors.New("line does not end with __eou__")
 	}
 	parts := strings.Split(strings.TrimSuffix(s, "__eou__"), "__eou__")
-	var d Dialogue
+	var d schema.Dialogue
 	for i, p := range parts {
 		p = strings.TrimSpace(p)
 		if p == "" {
-			return Dialogue{}, false, fmt.Errorf("utterance %d is empty", i+1)
+			return schema.Dialogue{}, false, fmt.Errorf("utterance %d is empty", i+1)
 		}
 		if detok {
 			p = detokenize(p)
@@ -174,9 +174,11 @@ func detokenize(s string) string {
 //	 "turns":[{"user":"hi","npc":"hello"}]}
 //
 // where npc_id, session_id and reason are optional (opts.NPCID, a generated
-// id and player_ended). Event lines are grouped by session (an event repeated
-// with the same event_id counts once) and written again with new event ids,
-// sessions in order of first appearance, each session's events contiguous.
+// id and player_ended). Event lines are folded into dialogues by
+// schema.DialoguesFromEvents (an event repeated with the same event_id counts
+// once; of two events for the same turn the later wins) and written again
+// with new event ids, sessions in order of first appearance, each session's
+// events contiguous.
 func ImportJSONL(r io.Reader, w io.Writer, opts ImportOptions) (ImportStats, error) {
 	if err := opts.Validate(); err != nil {
 		return ImportStats{}, err
@@ -201,7 +203,7 @@ func ImportJSONL(r io.Reader, w io.Writer, opts ImportOptions) (ImportStats, err
 // ReadCorpus reads JSON-lines dialogues in either form ImportJSONL accepts
 // and returns them in order of first appearance. Simple dialogues are
 // labelled with DefaultImportOptions.
-func ReadCorpus(r io.Reader) ([]Dialogue, error) {
+func ReadCorpus(r io.Reader) ([]schema.Dialogue, error) {
 	ds, _, err := readJSONL(r, DefaultImportOptions())
 	return ds, err
 }
@@ -218,14 +220,15 @@ type simpleDialogue struct {
 	} `json:"turns"`
 }
 
-func readJSONL(r io.Reader, opts ImportOptions) ([]Dialogue, ImportStats, error) {
+func readJSONL(r io.Reader, opts ImportOptions) ([]schema.Dialogue, ImportStats, error) {
 	var stats ImportStats
-	b := newDialogueBuilder()
+	var events []schema.SessionEvent
 	var simple []struct {
-		at int // index in b.order where the simple dialogue goes
-		d  Dialogue
+		at int // number of event sessions before the simple dialogue
+		d  schema.Dialogue
 	}
-	sessions := make(map[string]bool)
+	sessions := make(map[string]bool)      // every session id seen
+	eventSessions := make(map[string]bool) // those given as events
 	err := eachLine(r, func(n int, line []byte) error {
 		stats.Lines++
 		if len(bytes.TrimSpace(line)) == 0 {
@@ -244,13 +247,14 @@ func readJSONL(r io.Reader, opts ImportOptions) ([]Dialogue, ImportStats, error)
 			if err := strictUnmarshal(line, &e); err != nil {
 				return &LineError{Line: n, Err: err}
 			}
-			if sessions[e.SessionID] && !hasSession(b, e.SessionID) {
+			if sessions[e.SessionID] && !eventSessions[e.SessionID] {
 				return &LineError{Line: n, Err: fmt.Errorf("session %q also given as a simple dialogue", e.SessionID)}
 			}
-			if err := b.add(e); err != nil {
+			if err := e.Validate(); err != nil {
 				return &LineError{Line: n, Err: err}
 			}
-			sessions[e.SessionID] = true
+			events = append(events, e)
+			sessions[e.SessionID], eventSessions[e.SessionID] = true, true
 		case probe.Turns != nil:
 			d, err := parseSimple(line, n, opts)
 			if err != nil {
@@ -262,8 +266,8 @@ func readJSONL(r io.Reader, opts ImportOptions) ([]Dialogue, ImportStats, error)
 			sessions[d.SessionID] = true
 			simple = append(simple, struct {
 				at int
-				d  Dialogue
-			}{len(b.order), d})
+				d  schema.Dialogue
+			}{len(eventSessions), d})
 		default:
 			return &LineError{Line: n, Err: errors.New(`neither a session event (no "schema") nor a dialogue (no "turns")`)}
 		}
@@ -272,12 +276,12 @@ func readJSONL(r io.Reader, opts ImportOptions) ([]Dialogue, ImportStats, error)
 	if err != nil {
 		return nil, stats, err
 	}
-	evs, err := b.finish()
+	evs, err := schema.DialoguesFromEvents(events)
 	if err != nil {
 		return nil, stats, err
 	}
 	// Merge simple dialogues back into their place among the event sessions.
-	out := make([]Dialogue, 0, len(evs)+len(simple))
+	out := make([]schema.Dialogue, 0, len(evs)+len(simple))
 	si := 0
 	for i := 0; i <= len(evs); i++ {
 		for si < len(simple) && simple[si].at == i {
@@ -291,20 +295,18 @@ func readJSONL(r io.Reader, opts ImportOptions) ([]Dialogue, ImportStats, error)
 	return out, stats, nil
 }
 
-func hasSession(b *dialogueBuilder, id string) bool { _, ok := b.byID[id]; return ok }
-
-func parseSimple(line []byte, n int, opts ImportOptions) (Dialogue, error) {
+func parseSimple(line []byte, n int, opts ImportOptions) (schema.Dialogue, error) {
 	var s simpleDialogue
 	if err := strictUnmarshal(line, &s); err != nil {
-		return Dialogue{}, err
+		return schema.Dialogue{}, err
 	}
 	if s.PlayerID == "" {
-		return Dialogue{}, errors.New("player_id is required")
+		return schema.Dialogue{}, errors.New("player_id is required")
 	}
 	if len(s.Turns) == 0 {
-		return Dialogue{}, errors.New("turns is empty")
+		return schema.Dialogue{}, errors.New("turns is empty")
 	}
-	d := Dialogue{
+	d := schema.Dialogue{
 		SessionID: s.SessionID, PlayerID: s.PlayerID, NPCID: s.NPCID, Reason: s.Reason,
 		Deployment: opts.Deployment, PolicyVersion: opts.PolicyVersion,
 	}
@@ -319,14 +321,14 @@ func parseSimple(line []byte, n int, opts ImportOptions) (Dialogue, error) {
 		d.Reason = schema.EndPlayerEnded
 	case schema.EndPlayerEnded, schema.EndIdleTimeout, schema.EndMaxTurns, schema.EndSafety, schema.EndError:
 	default:
-		return Dialogue{}, fmt.Errorf("reason %q is not a known end reason", d.Reason)
+		return schema.Dialogue{}, fmt.Errorf("reason %q is not a known end reason", d.Reason)
 	}
 	for i, t := range s.Turns {
 		if t.User == "" && t.NPC == "" {
-			return Dialogue{}, fmt.Errorf("turn %d is empty", i+1)
+			return schema.Dialogue{}, fmt.Errorf("turn %d is empty", i+1)
 		}
 		if !utf8.ValidString(t.User) || !utf8.ValidString(t.NPC) {
-			return Dialogue{}, fmt.Errorf("turn %d is not valid UTF-8", i+1)
+			return schema.Dialogue{}, fmt.Errorf("turn %d is not valid UTF-8", i+1)
 		}
 		d.Exchanges = append(d.Exchanges, schema.Exchange{Turn: i + 1, User: t.User, NPC: t.NPC})
 	}
@@ -384,7 +386,7 @@ func newEventWriter(w io.Writer, opts ImportOptions) *eventWriter {
 
 // write fills in what the dialogue lacks (session id, npc, deployment,
 // policy version, times) and writes its events.
-func (ew *eventWriter) write(d *Dialogue) error {
+func (ew *eventWriter) write(d *schema.Dialogue) error {
 	if d.Started.IsZero() {
 		d.Started = ew.next
 		d.Ended = d.Started.Add(time.Duration(len(d.Exchanges)+1) * ew.opts.TurnGap)
@@ -402,7 +404,7 @@ func (ew *eventWriter) write(d *Dialogue) error {
 	if d.PolicyVersion == "" {
 		d.PolicyVersion = ew.opts.PolicyVersion
 	}
-	events, err := d.Events(ew.rng)
+	events, err := DialogueEvents(*d, ew.rng)
 	if err != nil {
 		return err
 	}

@@ -95,7 +95,7 @@ type PromptDialogue struct {
 
 // PromptDialogueOf shows d in a prompt: a dialogue the player ended
 // (player_ended or idle_timeout) ends with [Terminate]; others do not.
-func PromptDialogueOf(d Dialogue, risks []float64) PromptDialogue {
+func PromptDialogueOf(d schema.Dialogue, risks []float64) PromptDialogue {
 	return PromptDialogue{Exchanges: d.Exchanges, Risks: risks, Terminated: d.Reason.PlayerEnded()}
 }
 
@@ -103,7 +103,7 @@ func PromptDialogueOf(d Dialogue, risks []float64) PromptDialogue {
 // dialogues that reached exchange k and whose player ended them right after
 // it: a data-only stand-in for [End Risk] values where no user agent has
 // scored the dialogues yet (bootstrap SFT).
-func EmpiricalRisks(ds []Dialogue, maxTurns int) []float64 {
+func EmpiricalRisks(ds []schema.Dialogue, maxTurns int) []float64 {
 	reached, ended := make([]int, maxTurns), make([]int, maxTurns)
 	for _, d := range ds {
 		for k := 0; k < len(d.Exchanges) && k < maxTurns; k++ {

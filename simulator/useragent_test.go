@@ -81,7 +81,7 @@ func TestRenderUserAgentPrompt(t *testing.T) {
 
 func TestEmpiricalRisks(t *testing.T) {
 	x := func(n int) []schema.Exchange { return make([]schema.Exchange, n) }
-	ds := []Dialogue{
+	ds := []schema.Dialogue{
 		{Exchanges: x(1), Reason: schema.EndPlayerEnded},
 		{Exchanges: x(2), Reason: schema.EndIdleTimeout},
 		{Exchanges: x(3), Reason: schema.EndMaxTurns},
@@ -99,7 +99,7 @@ func TestEmpiricalRisks(t *testing.T) {
 
 // tinyUserAgentEngine starts an engine on an untrained tiny model whose
 // tokenizer is trained on a small generated corpus.
-func tinyUserAgentEngine(t *testing.T) (*inference.Engine, []Dialogue) {
+func tinyUserAgentEngine(t *testing.T) (*inference.Engine, []schema.Dialogue) {
 	t.Helper()
 	cfg := smallCorpusConfig()
 	cfg.Players, cfg.DialoguesPerPlayer, cfg.MaxTurns, cfg.Population.HeldOutRate = 4, 3, 4, 0

@@ -11,6 +11,7 @@ import (
 	"github.com/parleyhq/parley/inference/registry"
 	"github.com/parleyhq/parley/internal/learnerd"
 	"github.com/parleyhq/parley/learner"
+	"github.com/parleyhq/parley/schema"
 	"github.com/parleyhq/parley/simulator"
 )
 
@@ -63,7 +64,7 @@ also follows the running canary experiment and rolls it back on a guardrail brea
 }
 
 // readCorpusFile reads the dialogues of a corpus JSONL file.
-func readCorpusFile(path string) ([]simulator.Dialogue, error) {
+func readCorpusFile(path string) ([]schema.Dialogue, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("read corpus: %w", err)

@@ -12,6 +12,7 @@ import (
 	"github.com/parleyhq/parley/inference"
 	"github.com/parleyhq/parley/inference/registry"
 	"github.com/parleyhq/parley/learner"
+	"github.com/parleyhq/parley/schema"
 	"github.com/parleyhq/parley/simulator"
 )
 
@@ -96,7 +97,7 @@ func bootstrap(ctx context.Context, cfg BootstrapConfig, dataDir, registryDir st
 }
 
 // bootstrapCorpus reads the cached corpus or generates it.
-func bootstrapCorpus(ctx context.Context, cfg BootstrapConfig, path string, log *slog.Logger) ([]simulator.Dialogue, error) {
+func bootstrapCorpus(ctx context.Context, cfg BootstrapConfig, path string, log *slog.Logger) ([]schema.Dialogue, error) {
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		cc := simulator.DefaultCorpusConfig()
 		cc.Players, cc.DialoguesPerPlayer, cc.Seed = cfg.Players, cfg.DialoguesPerPlayer, cfg.Seed

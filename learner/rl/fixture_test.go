@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/parleyhq/parley/inference"
+	"github.com/parleyhq/parley/schema"
 	"github.com/parleyhq/parley/simulator"
 )
 
@@ -28,7 +29,7 @@ func newFixture(t testing.TB, sftSteps int) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var dialogues []simulator.Dialogue
+	var dialogues []schema.Dialogue
 	qualities := []simulator.NPCQuality{simulator.NPCGood, simulator.NPCGeneric, simulator.NPCOffTopic, simulator.NPCRetention}
 	for i, p := range pop.Players() {
 		if p.HeldOut {
@@ -96,7 +97,7 @@ func newFixture(t testing.TB, sftSteps int) *fixture {
 
 // npcTurnsBatch renders each dialogue as the NPC's chat, weighing only the
 // NPC's turns (text and closing end token), cut to maxSeq tokens.
-func npcTurnsBatch(tok *inference.Tokenizer, ds []simulator.Dialogue, maxSeq int) ([][]int, [][]float32) {
+func npcTurnsBatch(tok *inference.Tokenizer, ds []schema.Dialogue, maxSeq int) ([][]int, [][]float32) {
 	var seqs [][]int
 	var ws [][]float32
 	for _, d := range ds {

@@ -7,6 +7,7 @@ import (
 	"github.com/parleyhq/parley/inference"
 	"github.com/parleyhq/parley/learner"
 	"github.com/parleyhq/parley/learner/rl"
+	"github.com/parleyhq/parley/schema"
 	"github.com/parleyhq/parley/simulator"
 )
 
@@ -14,9 +15,9 @@ import (
 // NPCs of mixed quality, split by the population's held-out flag.
 type corpus struct {
 	pop      *simulator.Population
-	byPlayer map[string][]simulator.Dialogue
-	train    []simulator.Dialogue
-	heldOut  []simulator.Dialogue
+	byPlayer map[string][]schema.Dialogue
+	train    []schema.Dialogue
+	heldOut  []schema.Dialogue
 	risks    []float64
 }
 
@@ -47,7 +48,7 @@ func newCorpus(p Profile) (*corpus, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap corpus: %w", err)
 	}
-	c := &corpus{pop: pop, byPlayer: map[string][]simulator.Dialogue{}}
+	c := &corpus{pop: pop, byPlayer: map[string][]schema.Dialogue{}}
 	rng := rand.New(rand.NewPCG(p.PopulationSeed, 0xc0))
 	for i, pl := range pop.Players() {
 		for k := range p.DialoguesPerPlayer {
@@ -111,7 +112,7 @@ func (c *corpus) prompts(heldOut bool, n int, seedBase uint64, system string) []
 // npcInstances renders dialogues the way learner.TrainSFT trains the NPC:
 // its card as the system turn, then the user and NPC turns, with loss
 // weights on each NPC turn's text and closing end token; cut to maxSeq+1.
-func npcInstances(tok *inference.Tokenizer, card string, ds []simulator.Dialogue, maxSeq int) ([][]int, [][]float32, error) {
+func npcInstances(tok *inference.Tokenizer, card string, ds []schema.Dialogue, maxSeq int) ([][]int, [][]float32, error) {
 	var seqs [][]int
 	var ws [][]float32
 	for _, d := range ds {
