@@ -1,9 +1,7 @@
 package simulator
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,12 +11,11 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
 
+	"github.com/parleyhq/parley/gateway/client"
 	"github.com/parleyhq/parley/schema"
 )
 
@@ -74,22 +71,6 @@ func (c BotsConfig) Validate() error {
 	p := c.Population
 	p.Size = c.Players
 	return p.Validate()
-}
-
-// ErrInvalidResponse reports a gateway answer that is not the JSON the
-// contract promises.
-var ErrInvalidResponse = errors.New("invalid gateway response")
-
-// APIError is an error answer of the gateway: its status and the code and
-// message of its {error:{code,message}} body.
-type APIError struct {
-	Status  int
-	Code    string
-	Message string
-}
-
-func (e *APIError) Error() string {
-	return fmt.Sprintf("gateway: %d %s: %s", e.Status, e.Code, e.Message)
 }
 
 // BotsSummary is what RunBots measured. Avg.L and the per-arm and
@@ -209,11 +190,11 @@ func RunBots(ctx context.Context, cfg BotsConfig, logger *slog.Logger) (BotsSumm
 	if err != nil {
 		return BotsSummary{}, err
 	}
-	client := cfg.Client
-	if client == nil {
-		client = &http.Client{Timeout: cfg.RequestTimeout}
+	hc := cfg.Client
+	if hc == nil {
+		hc = &http.Client{Timeout: cfg.RequestTimeout}
 	}
-	b := &bot{cfg: cfg, client: client, base: strings.TrimRight(cfg.GatewayURL, "/"), logger: logger}
+	b := &bot{cfg: cfg, api: &client.Client{BaseURL: cfg.GatewayURL, APIKey: cfg.APIKey, HTTP: hc}, logger: logger}
 
 	began := time.Now()
 	summary := newBotsSummary()
@@ -252,8 +233,7 @@ dispatch:
 // bot sends one persona's requests.
 type bot struct {
 	cfg    BotsConfig
-	client *http.Client
-	base   string
+	api    *client.Client
 	logger *slog.Logger
 }
 
@@ -271,29 +251,24 @@ func (b *bot) play(ctx context.Context, p *Persona, i int) sessionResult {
 	}
 	conv := p.Start(b.cfg.Seed ^ uint64(i)*0x9e3779b97f4a7c15)
 	var created schema.CreateSessionResponse
-	n, err := b.do(ctx, "/v1/sessions", schema.CreateSessionRequest{PlayerID: p.ID, NPCID: b.cfg.NPCID}, &created)
+	n, err := b.retry(ctx, func() (err error) {
+		created, err = b.api.CreateSession(ctx, schema.CreateSessionRequest{PlayerID: p.ID, NPCID: b.cfg.NPCID})
+		return err
+	})
 	r.retries += n
-	if err == nil {
-		if verr := created.Validate(); verr != nil {
-			err = fmt.Errorf("%w: %w", ErrInvalidResponse, verr)
-		}
-	}
 	if err != nil {
 		return fail("create", err)
 	}
 	r.arm, r.policy = created.Arm, created.PolicyVersion
-	path := "/v1/sessions/" + url.PathEscape(created.SessionID)
 
 	text := conv.Opening()
 	for {
 		var msg schema.MessageResponse
-		n, err := b.do(ctx, path+"/messages", schema.MessageRequest{Text: text}, &msg)
+		n, err := b.retry(ctx, func() (err error) {
+			msg, err = b.api.SendMessage(ctx, created.SessionID, text)
+			return err
+		})
 		r.retries += n
-		if err == nil {
-			if verr := msg.Validate(); verr != nil {
-				err = fmt.Errorf("%w: %w", ErrInvalidResponse, verr)
-			}
-		}
 		if err != nil {
 			return fail("message", err)
 		}
@@ -316,7 +291,10 @@ func (b *bot) play(ctx context.Context, p *Persona, i int) sessionResult {
 		}
 		text = reply
 	}
-	n, err = b.do(ctx, path+"/end", struct{}{}, nil)
+	n, err = b.retry(ctx, func() error {
+		_, err := b.api.EndSession(ctx, created.SessionID)
+		return err
+	})
 	r.retries += n
 	if err != nil {
 		return fail("end", err)
@@ -324,86 +302,36 @@ func (b *bot) play(ctx context.Context, p *Persona, i int) sessionResult {
 	return r
 }
 
-// do POSTs body as JSON to path and decodes a 2xx answer into out (when not
-// nil). It retries 429 and 503 answers after Retry-After, or with
-// exponential backoff, and returns how many times it retried.
-func (b *bot) do(ctx context.Context, path string, body, out any) (int, error) {
-	payload, err := json.Marshal(body)
-	if err != nil {
-		return 0, fmt.Errorf("encode %s: %w", path, err)
-	}
+// retry calls call until it succeeds, fails with other than a 429 or 503
+// answer, or has been retried MaxRetries times, and returns how many times it
+// retried. It waits what Retry-After says, or RetryBase·2^attempt without
+// one, at most MaxRetryWait.
+func (b *bot) retry(ctx context.Context, call func() error) (int, error) {
 	for attempt := 0; ; attempt++ {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.base+path, bytes.NewReader(payload))
-		if err != nil {
-			return attempt, fmt.Errorf("post %s: %w", path, err)
+		err := call()
+		var apiErr *client.Error
+		if err == nil || !errors.As(err, &apiErr) || attempt >= b.cfg.MaxRetries ||
+			apiErr.Status != http.StatusTooManyRequests && apiErr.Status != http.StatusServiceUnavailable {
+			return attempt, err
 		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json")
-		if b.cfg.APIKey != "" {
-			req.Header.Set("Authorization", "Bearer "+b.cfg.APIKey)
+		wait := apiErr.RetryAfter
+		if wait <= 0 {
+			wait = time.Duration(float64(b.cfg.RetryBase) * math.Pow(2, float64(attempt)))
 		}
-		resp, err := b.client.Do(req)
-		if err != nil {
-			return attempt, fmt.Errorf("post %s: %w", path, err)
-		}
-		data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		resp.Body.Close()
-		if err != nil {
-			return attempt, fmt.Errorf("read %s: %w", path, err)
-		}
-		switch {
-		case resp.StatusCode/100 == 2:
-			if out == nil || len(bytes.TrimSpace(data)) == 0 {
-				return attempt, nil
-			}
-			if err := json.Unmarshal(data, out); err != nil {
-				return attempt, fmt.Errorf("decode %s: %w: %w", path, ErrInvalidResponse, err)
-			}
-			return attempt, nil
-		case (resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable) && attempt < b.cfg.MaxRetries:
-			wait := retryAfter(resp.Header.Get("Retry-After"), time.Now())
-			if wait <= 0 {
-				wait = time.Duration(float64(b.cfg.RetryBase) * math.Pow(2, float64(attempt)))
-			}
-			wait = min(wait, b.cfg.MaxRetryWait)
-			t := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return attempt, fmt.Errorf("post %s: %w", path, ctx.Err())
-			case <-t.C:
-			}
-		default:
-			apiErr := &APIError{Status: resp.StatusCode, Code: http.StatusText(resp.StatusCode)}
-			var eb schema.ErrorBody
-			if json.Unmarshal(data, &eb) == nil && eb.Validate() == nil {
-				apiErr.Code, apiErr.Message = eb.Error.Code, eb.Error.Message
-			}
-			return attempt, fmt.Errorf("post %s: %w", path, apiErr)
+		t := time.NewTimer(min(wait, b.cfg.MaxRetryWait))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return attempt, fmt.Errorf("retry: %w", ctx.Err())
+		case <-t.C:
 		}
 	}
-}
-
-// retryAfter parses a Retry-After header (seconds or an HTTP date) into a
-// wait; 0 when absent or unreadable.
-func retryAfter(h string, now time.Time) time.Duration {
-	h = strings.TrimSpace(h)
-	if h == "" {
-		return 0
-	}
-	if s, err := strconv.ParseFloat(h, 64); err == nil && s >= 0 {
-		return time.Duration(s * float64(time.Second))
-	}
-	if t, err := http.ParseTime(h); err == nil && t.After(now) {
-		return t.Sub(now)
-	}
-	return 0
 }
 
 // errorCode names an error for BotsSummary.ErrorCodes: the gateway's code,
 // "cancelled", "timeout", "invalid_response" or "transport".
 func errorCode(err error) string {
-	var apiErr *APIError
+	var apiErr *client.Error
 	switch {
 	case errors.As(err, &apiErr):
 		return apiErr.Code
@@ -411,7 +339,7 @@ func errorCode(err error) string {
 		return "cancelled"
 	case errors.Is(err, context.DeadlineExceeded):
 		return "timeout"
-	case errors.Is(err, ErrInvalidResponse):
+	case errors.Is(err, client.ErrInvalidResponse):
 		return "invalid_response"
 	}
 	var netErr net.Error
