@@ -2,12 +2,12 @@
 
 #include "textflag.h"
 
-// func gemm6x16PackedAVX2(k int, a *float32, lda int, b, c *float32, ldc int)
+// func gemm6x16ColsAVX2(k int, a *float32, lda int, b, c *float32, ldc int)
 //
 // c[r][0:16] += Σ_{l<k} a[l·lda + r]·b[l][0:16] for r < 6,
 // b packed [k][16], c rows ldc floats apart: twelve 8-wide accumulators,
 // two loads of b and six broadcasts of a per l.
-TEXT ·gemm6x16PackedAVX2(SB), NOSPLIT, $0-48
+TEXT ·gemm6x16ColsAVX2(SB), NOSPLIT, $0-48
 	MOVQ k+0(FP), CX
 	MOVQ a+8(FP), SI
 	MOVQ lda+16(FP), BX
@@ -87,12 +87,12 @@ p6loop:
 	VZEROUPPER
 	RET
 
-// func gemm12x32PackedAVX512(k int, a *float32, lda int, b, c *float32, ldc int)
+// func gemm12x32ColsAVX512(k int, a *float32, lda int, b, c *float32, ldc int)
 //
 // c[r][0:32] += Σ_{l<k} a[l·lda + r]·b[l][0:32] for r < 12,
 // b packed [k][32], c rows ldc floats apart: twenty-four 16-wide
 // accumulators, two loads of b and twelve broadcasts of a per l.
-TEXT ·gemm12x32PackedAVX512(SB), NOSPLIT, $0-48
+TEXT ·gemm12x32ColsAVX512(SB), NOSPLIT, $0-48
 	MOVQ k+0(FP), CX
 	MOVQ a+8(FP), SI
 	MOVQ lda+16(FP), BX
@@ -229,5 +229,266 @@ p12loop:
 	VADDPS 64(DI), Z23, Z23
 	VMOVUPS Z22, (DI)
 	VMOVUPS Z23, 64(DI)
+	VZEROUPPER
+	RET
+
+// func gemm12x32RowsAVX512(k int, a *float32, lda int, b, c *float32, ldc int)
+//
+// c[r][0:32] += Σ_{l<k} a[r·lda + l]·b[l][0:32] for r < 12: as
+// gemm12x32ColsAVX512 with A read in rows, from four base pointers three
+// rows apart.
+TEXT ·gemm12x32RowsAVX512(SB), NOSPLIT, $0-48
+	MOVQ k+0(FP), CX
+	MOVQ a+8(FP), SI
+	MOVQ lda+16(FP), BX
+	SHLQ $2, BX
+	MOVQ b+24(FP), AX
+	MOVQ c+32(FP), DI
+	MOVQ ldc+40(FP), DX
+	SHLQ $2, DX
+	LEAQ (SI)(BX*2), R8
+	ADDQ BX, R8
+	LEAQ (R8)(BX*2), R9
+	ADDQ BX, R9
+	LEAQ (R9)(BX*2), R10
+	ADDQ BX, R10
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+
+r12loop:
+	VMOVUPS (AX), Z24
+	VMOVUPS 64(AX), Z25
+	VBROADCASTSS (SI), Z26
+	VFMADD231PS Z24, Z26, Z0
+	VFMADD231PS Z25, Z26, Z1
+	VBROADCASTSS (SI)(BX*1), Z27
+	VFMADD231PS Z24, Z27, Z2
+	VFMADD231PS Z25, Z27, Z3
+	VBROADCASTSS (SI)(BX*2), Z28
+	VFMADD231PS Z24, Z28, Z4
+	VFMADD231PS Z25, Z28, Z5
+	VBROADCASTSS (R8), Z29
+	VFMADD231PS Z24, Z29, Z6
+	VFMADD231PS Z25, Z29, Z7
+	VBROADCASTSS (R8)(BX*1), Z26
+	VFMADD231PS Z24, Z26, Z8
+	VFMADD231PS Z25, Z26, Z9
+	VBROADCASTSS (R8)(BX*2), Z27
+	VFMADD231PS Z24, Z27, Z10
+	VFMADD231PS Z25, Z27, Z11
+	VBROADCASTSS (R9), Z28
+	VFMADD231PS Z24, Z28, Z12
+	VFMADD231PS Z25, Z28, Z13
+	VBROADCASTSS (R9)(BX*1), Z29
+	VFMADD231PS Z24, Z29, Z14
+	VFMADD231PS Z25, Z29, Z15
+	VBROADCASTSS (R9)(BX*2), Z26
+	VFMADD231PS Z24, Z26, Z16
+	VFMADD231PS Z25, Z26, Z17
+	VBROADCASTSS (R10), Z27
+	VFMADD231PS Z24, Z27, Z18
+	VFMADD231PS Z25, Z27, Z19
+	VBROADCASTSS (R10)(BX*1), Z28
+	VFMADD231PS Z24, Z28, Z20
+	VFMADD231PS Z25, Z28, Z21
+	VBROADCASTSS (R10)(BX*2), Z29
+	VFMADD231PS Z24, Z29, Z22
+	VFMADD231PS Z25, Z29, Z23
+	ADDQ $128, AX
+	ADDQ $4, SI
+	ADDQ $4, R8
+	ADDQ $4, R9
+	ADDQ $4, R10
+	DECQ CX
+	JNZ  r12loop
+
+	VADDPS (DI), Z0, Z0
+	VADDPS 64(DI), Z1, Z1
+	VMOVUPS Z0, (DI)
+	VMOVUPS Z1, 64(DI)
+	ADDQ DX, DI
+	VADDPS (DI), Z2, Z2
+	VADDPS 64(DI), Z3, Z3
+	VMOVUPS Z2, (DI)
+	VMOVUPS Z3, 64(DI)
+	ADDQ DX, DI
+	VADDPS (DI), Z4, Z4
+	VADDPS 64(DI), Z5, Z5
+	VMOVUPS Z4, (DI)
+	VMOVUPS Z5, 64(DI)
+	ADDQ DX, DI
+	VADDPS (DI), Z6, Z6
+	VADDPS 64(DI), Z7, Z7
+	VMOVUPS Z6, (DI)
+	VMOVUPS Z7, 64(DI)
+	ADDQ DX, DI
+	VADDPS (DI), Z8, Z8
+	VADDPS 64(DI), Z9, Z9
+	VMOVUPS Z8, (DI)
+	VMOVUPS Z9, 64(DI)
+	ADDQ DX, DI
+	VADDPS (DI), Z10, Z10
+	VADDPS 64(DI), Z11, Z11
+	VMOVUPS Z10, (DI)
+	VMOVUPS Z11, 64(DI)
+	ADDQ DX, DI
+	VADDPS (DI), Z12, Z12
+	VADDPS 64(DI), Z13, Z13
+	VMOVUPS Z12, (DI)
+	VMOVUPS Z13, 64(DI)
+	ADDQ DX, DI
+	VADDPS (DI), Z14, Z14
+	VADDPS 64(DI), Z15, Z15
+	VMOVUPS Z14, (DI)
+	VMOVUPS Z15, 64(DI)
+	ADDQ DX, DI
+	VADDPS (DI), Z16, Z16
+	VADDPS 64(DI), Z17, Z17
+	VMOVUPS Z16, (DI)
+	VMOVUPS Z17, 64(DI)
+	ADDQ DX, DI
+	VADDPS (DI), Z18, Z18
+	VADDPS 64(DI), Z19, Z19
+	VMOVUPS Z18, (DI)
+	VMOVUPS Z19, 64(DI)
+	ADDQ DX, DI
+	VADDPS (DI), Z20, Z20
+	VADDPS 64(DI), Z21, Z21
+	VMOVUPS Z20, (DI)
+	VMOVUPS Z21, 64(DI)
+	ADDQ DX, DI
+	VADDPS (DI), Z22, Z22
+	VADDPS 64(DI), Z23, Z23
+	VMOVUPS Z22, (DI)
+	VMOVUPS Z23, 64(DI)
+	VZEROUPPER
+	RET
+
+// expConsts holds, eight times each, the constants of expAffineAVX2:
+// log2e, ln2hi, ln2lo, p0, p1, p2, p3, p4, p5, one, hi, lo, bias (Cephes expf, as expf).
+DATA expConsts<>+0(SB)/8, $0x3fb8aa3b3fb8aa3b
+DATA expConsts<>+8(SB)/8, $0x3fb8aa3b3fb8aa3b
+DATA expConsts<>+16(SB)/8, $0x3fb8aa3b3fb8aa3b
+DATA expConsts<>+24(SB)/8, $0x3fb8aa3b3fb8aa3b
+DATA expConsts<>+32(SB)/8, $0x3f3180003f318000
+DATA expConsts<>+40(SB)/8, $0x3f3180003f318000
+DATA expConsts<>+48(SB)/8, $0x3f3180003f318000
+DATA expConsts<>+56(SB)/8, $0x3f3180003f318000
+DATA expConsts<>+64(SB)/8, $0xb95e8083b95e8083
+DATA expConsts<>+72(SB)/8, $0xb95e8083b95e8083
+DATA expConsts<>+80(SB)/8, $0xb95e8083b95e8083
+DATA expConsts<>+88(SB)/8, $0xb95e8083b95e8083
+DATA expConsts<>+96(SB)/8, $0x3950696739506967
+DATA expConsts<>+104(SB)/8, $0x3950696739506967
+DATA expConsts<>+112(SB)/8, $0x3950696739506967
+DATA expConsts<>+120(SB)/8, $0x3950696739506967
+DATA expConsts<>+128(SB)/8, $0x3ab743ce3ab743ce
+DATA expConsts<>+136(SB)/8, $0x3ab743ce3ab743ce
+DATA expConsts<>+144(SB)/8, $0x3ab743ce3ab743ce
+DATA expConsts<>+152(SB)/8, $0x3ab743ce3ab743ce
+DATA expConsts<>+160(SB)/8, $0x3c0889083c088908
+DATA expConsts<>+168(SB)/8, $0x3c0889083c088908
+DATA expConsts<>+176(SB)/8, $0x3c0889083c088908
+DATA expConsts<>+184(SB)/8, $0x3c0889083c088908
+DATA expConsts<>+192(SB)/8, $0x3d2aa9c13d2aa9c1
+DATA expConsts<>+200(SB)/8, $0x3d2aa9c13d2aa9c1
+DATA expConsts<>+208(SB)/8, $0x3d2aa9c13d2aa9c1
+DATA expConsts<>+216(SB)/8, $0x3d2aa9c13d2aa9c1
+DATA expConsts<>+224(SB)/8, $0x3e2aaaaa3e2aaaaa
+DATA expConsts<>+232(SB)/8, $0x3e2aaaaa3e2aaaaa
+DATA expConsts<>+240(SB)/8, $0x3e2aaaaa3e2aaaaa
+DATA expConsts<>+248(SB)/8, $0x3e2aaaaa3e2aaaaa
+DATA expConsts<>+256(SB)/8, $0x3f0000003f000000
+DATA expConsts<>+264(SB)/8, $0x3f0000003f000000
+DATA expConsts<>+272(SB)/8, $0x3f0000003f000000
+DATA expConsts<>+280(SB)/8, $0x3f0000003f000000
+DATA expConsts<>+288(SB)/8, $0x3f8000003f800000
+DATA expConsts<>+296(SB)/8, $0x3f8000003f800000
+DATA expConsts<>+304(SB)/8, $0x3f8000003f800000
+DATA expConsts<>+312(SB)/8, $0x3f8000003f800000
+DATA expConsts<>+320(SB)/8, $0x42b0000042b00000
+DATA expConsts<>+328(SB)/8, $0x42b0000042b00000
+DATA expConsts<>+336(SB)/8, $0x42b0000042b00000
+DATA expConsts<>+344(SB)/8, $0x42b0000042b00000
+DATA expConsts<>+352(SB)/8, $0xc2aea8f6c2aea8f6
+DATA expConsts<>+360(SB)/8, $0xc2aea8f6c2aea8f6
+DATA expConsts<>+368(SB)/8, $0xc2aea8f6c2aea8f6
+DATA expConsts<>+376(SB)/8, $0xc2aea8f6c2aea8f6
+DATA expConsts<>+384(SB)/8, $0x0000007f0000007f
+DATA expConsts<>+392(SB)/8, $0x0000007f0000007f
+DATA expConsts<>+400(SB)/8, $0x0000007f0000007f
+DATA expConsts<>+408(SB)/8, $0x0000007f0000007f
+GLOBL expConsts<>(SB), RODATA|NOPTR, $416
+
+// func expAffineAVX2(dst, src *float32, n int, a, b float32) (sum float32)
+//
+// dst[i] = e^(a·src[i] + b) for i < n, n a positive multiple of 8, as
+// expf computes it (0 below −87.33, exponent capped at 88); returns Σ dst.
+TEXT ·expAffineAVX2(SB), NOSPLIT, $0-36
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	VBROADCASTSS a+24(FP), Y15
+	VBROADCASTSS b+28(FP), Y14
+	VXORPS Y13, Y13, Y13
+
+exploop:
+	VMOVUPS (SI), Y0
+	VFMADD213PS Y14, Y15, Y0
+	VMINPS expConsts<>+320(SB), Y0, Y0
+	VCMPPS $0x1d, expConsts<>+352(SB), Y0, Y5
+	VMAXPS expConsts<>+352(SB), Y0, Y0
+	VMULPS expConsts<>+0(SB), Y0, Y1
+	VROUNDPS $0, Y1, Y1
+	VFNMADD231PS expConsts<>+32(SB), Y1, Y0
+	VFNMADD231PS expConsts<>+64(SB), Y1, Y0
+	VMOVUPS expConsts<>+96(SB), Y2
+	VFMADD213PS expConsts<>+128(SB), Y0, Y2
+	VFMADD213PS expConsts<>+160(SB), Y0, Y2
+	VFMADD213PS expConsts<>+192(SB), Y0, Y2
+	VFMADD213PS expConsts<>+224(SB), Y0, Y2
+	VFMADD213PS expConsts<>+256(SB), Y0, Y2
+	VMULPS Y0, Y0, Y3
+	VADDPS expConsts<>+288(SB), Y0, Y4
+	VFMADD231PS Y3, Y2, Y4
+	VCVTPS2DQ Y1, Y1
+	VPADDD expConsts<>+384(SB), Y1, Y1
+	VPSLLD $23, Y1, Y1
+	VMULPS Y1, Y4, Y4
+	VANDPS Y5, Y4, Y4
+	VMOVUPS Y4, (DI)
+	VADDPS Y4, Y13, Y13
+	ADDQ $32, SI
+	ADDQ $32, DI
+	SUBQ $8, CX
+	JNZ  exploop
+
+	VEXTRACTF128 $1, Y13, X0
+	VADDPS X0, X13, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VMOVSS X0, sum+32(FP)
 	VZEROUPPER
 	RET

@@ -16,26 +16,26 @@ import "sync"
 // block of k, then runs the micro-kernel over its tile of C with both
 // operands streaming from cache.
 
-// microKernel computes a block of rows×cols outputs: c[r][j] += Σ_l
-// a[l·lda + r]·b[l·cols + j] for l < k, with a a micro-panel of A, a
-// column of rows values for each l (packed, lda = rows, or read in place
-// from a transposed A), b a packed [k][cols] panel of B and C's rows ldc
-// apart.
+// microKernel computes a block of rows×cols outputs, c[r][j] += Σ_l
+// A[r][l]·b[l·cols + j] for l < k, with b a packed [k][cols] panel of B and
+// C's rows ldc apart. run reads A as columns, A[r][l] = a[l·lda + r] (a
+// packed micro-panel, lda = rows, or a transposed operand read in place);
+// runRows reads it as rows, A[r][l] = a[r·lda + l].
 type microKernel struct {
-	rows, cols int
-	run        func(k int, a []float32, lda int, b, c []float32, ldc int)
+	rows, cols   int
+	run, runRows func(k int, a []float32, lda int, b, c []float32, ldc int)
 }
 
 // trainKernels lists the micro-kernels this CPU can run, fastest first:
 // nativetrain_amd64.go adds AVX2 and AVX-512 ones where the CPU has them.
 // trainKernel, the one the native trainer multiplies with, is the first.
 var (
-	trainKernels = []microKernel{{rows: 6, cols: 16, run: gemm6x16PackedGo}}
+	trainKernels = []microKernel{{rows: 6, cols: 16, run: gemm6x16ColsGo, runRows: gemm6x16RowsGo}}
 	trainKernel  = trainKernels[0]
 )
 
-// gemm6x16PackedGo is the 6×16 micro-kernel in plain Go.
-func gemm6x16PackedGo(k int, a []float32, lda int, b, c []float32, ldc int) {
+// gemm6x16ColsGo is the 6×16 micro-kernel in plain Go, A read as columns.
+func gemm6x16ColsGo(k int, a []float32, lda int, b, c []float32, ldc int) {
 	var acc [6][16]float32
 	b = b[:k*16]
 	for l := range k {
@@ -55,6 +55,12 @@ func gemm6x16PackedGo(k int, a []float32, lda int, b, c []float32, ldc int) {
 	}
 }
 
+// gemm6x16RowsGo is the 6×16 micro-kernel in plain Go, A read as rows: the
+// decoder's gemm6x16Go.
+func gemm6x16RowsGo(k int, a []float32, lda int, b, c []float32, ldc int) {
+	gemm6x16Go(b, a, lda, k, c, ldc)
+}
+
 const (
 	gemmKC      = 256 // depth of a block of k kept in cache across micro-kernels
 	gemmJobRows = 96  // rows of C in one parallel job (rounded to the kernel's)
@@ -68,9 +74,9 @@ const (
 	gemmMaxCols = 32
 )
 
-// gemmScratch holds the packed blocks of A of running jobs.
+// gemmScratch holds the packed last rows of A of running jobs.
 var gemmScratch = sync.Pool{New: func() any {
-	s := make([]float32, (gemmJobRows+gemmMaxRows)*gemmKC)
+	s := make([]float32, gemmMaxRows*gemmKC)
 	return &s
 }}
 
@@ -140,7 +146,8 @@ type leftOperand struct {
 }
 
 // packBlock packs rows [i0, i0+rows) and columns [k0, k0+kl) of A into
-// micro-panels of mr rows, [⌈rows/mr⌉][kl][mr], zero past the last row.
+// micro-panels of mr rows, [⌈rows/mr⌉][kl][mr], zero past the last row:
+// the layout of microKernel.run.
 func (a leftOperand) packBlock(dst []float32, i0, rows, k0, kl, mr int) {
 	for ib := 0; ib < rows; ib += mr {
 		r := min(mr, rows-ib)
@@ -202,33 +209,36 @@ func gemm(pool *cpuPool, c []float32, ldc int, a leftOperand, m int, b *packedMa
 			}
 			for k0 := 0; k0 < k; k0 += gemmKC {
 				kl := min(gemmKC, k-k0)
-				// A transposed is read in place, a column of mr values per
-				// l; otherwise (and for the last rows) it is packed.
-				var ap []float32
-				if !a.trans || rows%mr != 0 {
-					ap = (*buf)[:(rows+mr-1)/mr*mr*kl]
-					a.packBlock(ap, r0, rows, k0, kl, mr)
+				// Whole blocks of mr rows are read in place; the last rows,
+				// if fewer, are packed (zero-padded) into a micro-panel.
+				full := rows / mr * mr
+				var edge []float32
+				if full < rows {
+					edge = (*buf)[:mr*kl]
+					a.packBlock(edge, r0+full, rows-full, k0, kl, mr)
 				}
 				for q := p0; q < p1; q++ {
 					panel := b.data[(q*k+k0)*nr : (q*k+k0+kl)*nr]
 					j0 := q * nr
 					cols := min(nr, n-j0)
 					for ib := 0; ib < rows; ib += mr {
-						micro, lda := ap, mr
-						if ap == nil {
+						run, micro, lda := kern.run, edge, mr
+						switch {
+						case ib == full:
+						case a.trans:
 							micro, lda = a.data[k0*a.ld+r0+ib:], a.ld
-						} else {
-							micro = ap[ib*kl : ib*kl+kl*mr]
+						default:
+							run, micro, lda = kern.runRows, a.data[(r0+ib)*a.ld+k0:], a.ld
 						}
-						r := min(mr, rows-ib)
-						if r == mr && cols == nr {
-							kern.run(kl, micro, lda, panel, c[(r0+ib)*ldc+j0:], ldc)
+						if ib < full && cols == nr {
+							run(kl, micro, lda, panel, c[(r0+ib)*ldc+j0:], ldc)
 							continue
 						}
 						// An edge block: into a tile, keeping what is in C.
+						r := min(mr, rows-ib)
 						t := tile[:mr*nr]
 						clear(t)
-						kern.run(kl, micro, lda, panel, t, nr)
+						run(kl, micro, lda, panel, t, nr)
 						for rr := range r {
 							cr := c[(r0+ib+rr)*ldc+j0 : (r0+ib+rr)*ldc+j0+cols]
 							for j, v := range t[rr*nr : rr*nr+cols] {

@@ -180,18 +180,11 @@ func attentionForward(pool *cpuPool, att, probs, qkv []float32, seqs []seqSpan, 
 			gemm(nil, p, L, leftOperand{data: qkv[q:], ld: w}, L, &sc.b1, false)
 			for t := range L {
 				pr := p[t*L : (t+1)*L]
-				mx := float32(math.Inf(-1))
-				for j := range pr[:t+1] {
-					pr[j] *= scale
-					mx = max(mx, pr[j])
+				mx := pr[0]
+				for _, x := range pr[:t+1] {
+					mx = max(mx, x)
 				}
-				var sum float32
-				for j, x := range pr[:t+1] {
-					e := expf(x - mx)
-					pr[j] = e
-					sum += e
-				}
-				inv := 1 / sum
+				inv := 1 / expAffine(pr[:t+1], pr[:t+1], scale, -scale*mx)
 				for j := range pr[:t+1] {
 					pr[j] *= inv
 				}
@@ -251,8 +244,9 @@ func swigluForward(pool *cpuPool, act, gu []float32, n, f int) {
 	pool.run(n, 64, func(lo, hi int) {
 		for j := lo; j < hi; j++ {
 			g, u, a := gu[j*2*f:j*2*f+f], gu[j*2*f+f:(j+1)*2*f], act[j*f:(j+1)*f]
+			expAffine(a, g, -1, 0)
 			for i, gv := range g {
-				a[i] = gv * sigmoid(gv) * u[i]
+				a[i] = gv / (1 + a[i]) * u[i]
 			}
 		}
 	})
@@ -266,8 +260,9 @@ func swigluBackward(pool *cpuPool, dgu, dact, gu []float32, n, f int) {
 		for j := lo; j < hi; j++ {
 			g, u, da := gu[j*2*f:j*2*f+f], gu[j*2*f+f:(j+1)*2*f], dact[j*f:(j+1)*f]
 			dg, du := dgu[j*2*f:j*2*f+f], dgu[j*2*f+f:(j+1)*2*f]
+			expAffine(dg, g, -1, 0)
 			for i, gv := range g {
-				s := sigmoid(gv)
+				s := 1 / (1 + dg[i])
 				dg[i] = da[i] * u[i] * s * (1 + gv*(1-s))
 				du[i] = da[i] * gv * s
 			}
@@ -287,12 +282,7 @@ func logSoftmaxForward(pool *cpuPool, inv, logp, logits []float32, tgt []int, n,
 				mx = max(mx, x)
 			}
 			target := row[tgt[j]]
-			var sum float32
-			for i, x := range row {
-				e := expf(x - mx)
-				row[i] = e
-				sum += e
-			}
+			sum := expAffine(row, row, 1, -mx)
 			inv[j] = 1 / sum
 			logp[j] = target - mx - float32(math.Log(float64(sum)))
 		}
@@ -313,4 +303,16 @@ func logSoftmaxBackward(pool *cpuPool, rows, inv, w []float32, tgt []int, n, v i
 			row[tgt[j]] -= w[j]
 		}
 	})
+}
+
+// expAffineGo is expAffine in plain Go.
+func expAffineGo(dst, src []float32, a, b float32) float32 {
+	dst = dst[:len(src)]
+	var sum float32
+	for i, x := range src {
+		e := expf(a*x + b)
+		dst[i] = e
+		sum += e
+	}
+	return sum
 }

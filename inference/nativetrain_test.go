@@ -64,6 +64,29 @@ func TestNativeGemmMatchesNaive(t *testing.T) {
 	}
 }
 
+func TestNativeExpAffineMatchesExpf(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, n := range []int{1, 7, 8, 9, 31, 64, 100} {
+		for _, ab := range [][2]float32{{1, 0}, {1, -3}, {-1, 0}, {0.17, 2}, {40, 0}} {
+			src := randSlice(rng, n)
+			src[0] = -100 / ab[0] // below expf's range: 0
+			dst := make([]float32, n)
+			sum := expAffine(dst, src, ab[0], ab[1])
+			var want float64
+			for i, x := range src {
+				e := expf(ab[0]*x + ab[1])
+				want += float64(e)
+				if d := math.Abs(float64(dst[i]-e)) / math.Max(float64(e), 1e-30); d > 1e-6 && e > 1e-37 {
+					t.Errorf("n=%d a=%g b=%g: e^%g = %g; expf %g", n, ab[0], ab[1], ab[0]*x+ab[1], dst[i], e)
+				}
+			}
+			if math.Abs(float64(sum)-want) > 1e-5*want {
+				t.Errorf("n=%d a=%g b=%g: sum %g; want %g", n, ab[0], ab[1], sum, want)
+			}
+		}
+	}
+}
+
 func naiveTranspose(a []float32, rows, cols int) []float32 {
 	t := make([]float32, len(a))
 	for r := range rows {
