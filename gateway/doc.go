@@ -17,6 +17,6 @@
 //	GET  /healthz, /readyz, /metrics
 //
 // New builds a Server from a Config and its Deps; Run serves it and sweeps
-// idle sessions. CreateKey, RevokeKey and ListKeys manage API keys, and
-// RunBench measures the gateway over loopback.
+// idle sessions. CreateKey, RevokeKey and ListKeys manage API keys. Package
+// gateway/client calls these routes from Go; internal/bench measures them.
 package gateway
