@@ -15,6 +15,7 @@ import (
 
 	"github.com/parleyhq/parley/inference"
 	"github.com/parleyhq/parley/inference/registry"
+	"github.com/parleyhq/parley/internal/atomicfile"
 	"github.com/parleyhq/parley/learner/rl"
 	"github.com/parleyhq/parley/schema"
 	"github.com/parleyhq/parley/simulator"
@@ -224,14 +225,10 @@ func (c *Cycle) save() error {
 	if err := os.MkdirAll(c.dataDir, 0o755); err != nil {
 		return fmt.Errorf("write cycle state: %w", err)
 	}
-	tmp := c.statePath() + ".tmp"
-	if err := writeFileSync(tmp, raw); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, c.statePath()); err != nil {
+	if err := atomicfile.Write(c.statePath(), raw, 0o644); err != nil {
 		return fmt.Errorf("write cycle state: %w", err)
 	}
-	return syncDir(c.dataDir)
+	return nil
 }
 
 // due reports whether a cycle should run now.
@@ -557,7 +554,7 @@ func addCurves(dir string, cv schema.Curves) error {
 	if err != nil {
 		return err
 	}
-	if err := writeFileSync(filepath.Join(dir, schema.CurvesFile), raw); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, schema.CurvesFile), raw, 0o644); err != nil {
 		return err
 	}
 	mpath := filepath.Join(dir, inference.ManifestFile)
@@ -575,7 +572,7 @@ func addCurves(dir string, cv schema.Curves) error {
 	if err != nil {
 		return err
 	}
-	return writeFileSync(mpath, append(out, '\n'))
+	return atomicfile.Write(mpath, append(out, '\n'), 0o644)
 }
 
 // cycleEngine serves m with room for whole tree levels of several trees

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/parleyhq/parley/inference/registry"
+	"github.com/parleyhq/parley/internal/atomicfile"
 )
 
 // RefreshConfig configures the user-agent refresh (DESIGN.md §1, §5).
@@ -139,14 +140,10 @@ func (r *refresher) save() error {
 	if err != nil {
 		return err
 	}
-	tmp := r.statePath() + ".tmp"
-	if err := writeFileSync(tmp, raw); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, r.statePath()); err != nil {
+	if err := atomicfile.Write(r.statePath(), raw, 0o644); err != nil {
 		return fmt.Errorf("write refresh state: %w", err)
 	}
-	return syncDir(r.dataDir)
+	return nil
 }
 
 // due reports whether a refresh should run now.

@@ -23,6 +23,7 @@ import (
 
 	"github.com/parleyhq/parley/inference"
 	"github.com/parleyhq/parley/inference/registry"
+	"github.com/parleyhq/parley/internal/atomicfile"
 	"github.com/parleyhq/parley/internal/progress"
 	"github.com/parleyhq/parley/schema"
 	"github.com/parleyhq/parley/simulator"
@@ -302,7 +303,7 @@ func TrainSFT(ctx context.Context, cfg SFTConfig, dialogues []schema.Dialogue, l
 	if err != nil {
 		return nil, fmt.Errorf("train sft: %w", err)
 	}
-	if err := writeFileSync(marker, raw); err != nil {
+	if err := atomicfile.Write(marker, raw, 0o644); err != nil {
 		return nil, fmt.Errorf("train sft: %w", err)
 	}
 	logger.Info("sft: published", "model", cfg.Model, "version", res.Version)
@@ -530,7 +531,7 @@ func (r *sftRun) save(step int) error {
 	if err := os.Rename(path+".tmp", path); err != nil {
 		return fmt.Errorf("checkpoint step %d: %w", step, err)
 	}
-	if err := syncDir(r.runDir); err != nil {
+	if err := atomicfile.SyncDir(r.runDir); err != nil {
 		return fmt.Errorf("checkpoint step %d: %w", step, err)
 	}
 	steps, err := checkpointSteps(r.runDir)
