@@ -15,6 +15,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/parleyhq/parley/internal/atomicfile"
 	"github.com/parleyhq/parley/schema"
 )
 
@@ -84,7 +85,7 @@ func writeCheckpointFiles(tmp string, m *Model, tok *Tokenizer, man *schema.Mani
 	if err != nil {
 		return err
 	}
-	if err := writeFileSync(filepath.Join(tmp, ConfigFile), append(cfgJSON, '\n')); err != nil {
+	if err := atomicfile.Write(filepath.Join(tmp, ConfigFile), append(cfgJSON, '\n'), 0o644); err != nil {
 		return err
 	}
 	vals, dims, err := m.Weights()
@@ -95,7 +96,7 @@ func writeCheckpointFiles(tmp string, m *Model, tok *Tokenizer, man *schema.Mani
 	if err := writeSafetensors(&buf, m.names, vals, dims); err != nil {
 		return err
 	}
-	if err := writeFileSync(filepath.Join(tmp, WeightsFile), buf.Bytes()); err != nil {
+	if err := atomicfile.Write(filepath.Join(tmp, WeightsFile), buf.Bytes(), 0o644); err != nil {
 		return err
 	}
 	if err := tok.Save(filepath.Join(tmp, TokenizerFile)); err != nil {
@@ -119,7 +120,7 @@ func writeCheckpointFiles(tmp string, m *Model, tok *Tokenizer, man *schema.Mani
 	if err != nil {
 		return err
 	}
-	return writeFileSync(filepath.Join(tmp, ManifestFile), append(manJSON, '\n'))
+	return atomicfile.Write(filepath.Join(tmp, ManifestFile), append(manJSON, '\n'), 0o644)
 }
 
 // LoadCheckpoint reads a version written by SaveCheckpoint. It verifies the
@@ -313,16 +314,3 @@ func fileSHA256(path string) (string, error) {
 }
 
 // writeFileSync writes and fsyncs a file.
-func writeFileSync(path string, data []byte) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	_, werr := f.Write(data)
-	serr := f.Sync()
-	cerr := f.Close()
-	if err := errors.Join(werr, serr, cerr); err != nil {
-		return fmt.Errorf("write %q: %w", path, err)
-	}
-	return nil
-}

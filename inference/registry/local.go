@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/parleyhq/parley/internal/atomicfile"
 	"github.com/parleyhq/parley/schema"
 )
 
@@ -179,10 +180,10 @@ func (l *Local) Publish(ctx context.Context, model, version, srcDir string) (sch
 	if err != nil {
 		return fail(err)
 	}
-	if err := writeFileSync(filepath.Join(tmp, ManifestFile), append(raw, '\n')); err != nil {
+	if err := atomicfile.Write(filepath.Join(tmp, ManifestFile), append(raw, '\n'), 0o644); err != nil {
 		return fail(err)
 	}
-	if err := syncDir(tmp); err != nil {
+	if err := atomicfile.SyncDir(tmp); err != nil {
 		return fail(err)
 	}
 	if err := os.Rename(tmp, dst); err != nil {
@@ -191,7 +192,7 @@ func (l *Local) Publish(ctx context.Context, model, version, srcDir string) (sch
 		}
 		return fail(err)
 	}
-	if err := syncDir(parent); err != nil {
+	if err := atomicfile.SyncDir(parent); err != nil {
 		return fail(err)
 	}
 	return m, nil
@@ -204,7 +205,7 @@ func copyManifest(src, dst string) error {
 	if err != nil {
 		return err
 	}
-	return writeFileSync(filepath.Join(dst, ManifestFile), raw)
+	return atomicfile.Write(filepath.Join(dst, ManifestFile), raw, 0o644)
 }
 
 func readManifest(dir string) (schema.Manifest, error) {
@@ -353,28 +354,4 @@ func copyFile(src, dst string) ([]byte, error) {
 		return nil, fmt.Errorf("copy %q: %w", src, err)
 	}
 	return h.Sum(nil), nil
-}
-
-func writeFileSync(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return err
-	}
-	_, werr := f.Write(data)
-	serr := f.Sync()
-	cerr := f.Close()
-	if err := errors.Join(werr, serr, cerr); err != nil {
-		return fmt.Errorf("write %q: %w", path, err)
-	}
-	return nil
-}
-
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	serr := f.Sync()
-	cerr := f.Close()
-	return errors.Join(serr, cerr)
 }
