@@ -312,5 +312,3 @@ func fileSHA256(path string) (string, error) {
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
-
-// writeFileSync writes and fsyncs a file.
