@@ -12,6 +12,7 @@ package seglog
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -43,9 +44,10 @@ type Options struct {
 	// Start is the oldest segment still wanted: Open deletes older ones
 	// unread, and never gives a new segment an id at or below it.
 	Start uint64
-	// Strict makes Open refuse, with ErrCorrupt, damage anywhere but in the
-	// newest segment holding records, the only one a crash mid-append can
-	// tear. Otherwise every damaged tail is cut.
+	// Strict makes Open refuse, with ErrCorrupt, damage anywhere but at the
+	// very end of the newest segment holding records, which is all a crash
+	// mid-append can leave: a record cut short or running past the end of
+	// the file, or zeros to the end. Otherwise every damaged tail is cut.
 	Strict bool
 	// Logger reports repairs; nil discards.
 	Logger *slog.Logger
@@ -121,6 +123,7 @@ type segmentCheck struct {
 	end     int64 // offset after the last intact record
 	size    int64 // file size
 	damage  error // why the bytes from end on are not records; nil if none
+	torn    bool  // the damage is all at the end of the file, as a crash leaves it
 }
 
 // recover checks the segments on disk and returns the highest id it saw,
@@ -169,8 +172,8 @@ func (l *Log) recover() (highest uint64, rec Recovery, err error) {
 	}
 	if l.opts.Strict {
 		for i, c := range checks {
-			if c.damage != nil && i < newest {
-				return 0, rec, fmt.Errorf("log segment %q is damaged at offset %d, before newer segments: %w: %w", c.path, c.end, ErrCorrupt, c.damage)
+			if c.damage != nil && (i < newest || !c.torn) {
+				return 0, rec, fmt.Errorf("log segment %q is damaged at offset %d, not a torn final record: %w: %w", c.path, c.end, ErrCorrupt, c.damage)
 			}
 		}
 	}
@@ -223,10 +226,43 @@ func (l *Log) checkSegment(id uint64) (segmentCheck, error) {
 		}
 		if err != nil {
 			c.damage = err
+			c.torn, err = tornTail(f, c.end, c.size)
+			if err != nil {
+				return c, fmt.Errorf("read log segment %q: %w", c.path, err)
+			}
 			return c, nil
 		}
 		c.records++
 		c.end += int64(n)
+	}
+}
+
+// tornTail reports whether the damaged bytes of f from off to size are what
+// a crash mid-append leaves: a record whose header or payload would run to
+// or past the end of the file, or zeros to the end.
+func tornTail(f *os.File, off, size int64) (bool, error) {
+	var hdr [HeaderSize]byte
+	if n, err := f.ReadAt(hdr[:], off); n < HeaderSize {
+		if err == io.EOF {
+			return true, nil
+		}
+		return false, err
+	}
+	if off+HeaderSize+int64(binary.LittleEndian.Uint32(hdr[:4])) >= size {
+		return true, nil
+	}
+	buf := make([]byte, 64<<10)
+	for r := io.NewSectionReader(f, off, size-off); ; {
+		n, err := r.Read(buf)
+		if slices.ContainsFunc(buf[:n], func(b byte) bool { return b != 0 }) {
+			return false, nil
+		}
+		if err == io.EOF {
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
 	}
 }
 

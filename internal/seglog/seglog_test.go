@@ -223,27 +223,60 @@ func TestDamagedTailIsCut(t *testing.T) {
 	}
 }
 
-func TestStrictRefusesDamageBeforeNewerRecords(t *testing.T) {
-	dir := t.TempDir()
-	opts := testOptions(32)
-	opts.Strict = true
-	l, _ := openLog(t, dir, opts)
-	appendAll(t, l, payloads(6)...)
-	segs := l.Segments()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
+// TestStrict checks that a strict log cuts only what a crash mid-append
+// leaves at the end of its newest segment and refuses any other damage.
+func TestStrict(t *testing.T) {
+	tests := []struct {
+		name    string
+		damage  func(t *testing.T, newest, older string, starts []int64)
+		wantCut int64 // -1: Open fails with ErrCorrupt
+	}{
+		{"torn header", func(t *testing.T, newest, _ string, _ []int64) { appendFile(t, newest, []byte{1, 2, 3}) }, 3},
+		{"torn payload", func(t *testing.T, newest, _ string, _ []int64) { truncateBy(t, newest, 2) }, HeaderSize + 9 - 2},
+		{"checksum mismatch in the last record", func(t *testing.T, newest, _ string, _ []int64) { flipByteAt(t, newest, -1) }, HeaderSize + 9},
+		{"length past the end", func(t *testing.T, newest, _ string, _ []int64) { appendFile(t, newest, []byte("0badc0de {\"torn")) }, 15},
+		{"zeros to the end", func(t *testing.T, newest, _ string, _ []int64) { appendFile(t, newest, make([]byte, 100)) }, 100},
+		{"checksum mismatch before the last record", func(t *testing.T, newest, _ string, starts []int64) {
+			flipByteAt(t, newest, starts[0]+HeaderSize)
+		}, -1},
+		{"damage in an older segment", func(t *testing.T, _, older string, _ []int64) { flipByteAt(t, older, -1) }, -1},
 	}
-	if len(segs) < 3 {
-		t.Fatalf("segments = %v; want at least three", segs)
-	}
-	newest := filepath.Join(dir, SegmentName(segs[len(segs)-2]))
-	appendFile(t, newest, []byte{1, 2, 3})
-	if _, rec := openLog(t, dir, opts); rec.Truncated != 3 {
-		t.Errorf("strict Open with a torn newest segment cut %d bytes; want 3", rec.Truncated)
-	}
-	flipByteAt(t, filepath.Join(dir, SegmentName(segs[0])), -1)
-	if _, _, err := Open(dir, opts); !errors.Is(err, ErrCorrupt) {
-		t.Errorf("strict Open with a damaged older segment = %v; want ErrCorrupt", err)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			opts := testOptions(1 << 10)
+			opts.Strict = true
+			l, _ := openLog(t, dir, opts)
+			appendAll(t, l, "older 01")
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			l, _ = openLog(t, dir, opts)
+			appendAll(t, l, payloads(3)...)
+			_, at := scanAll(t, l, Pos{Segment: l.End().Segment})
+			segs := l.Segments()
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			starts := make([]int64, len(at))
+			for i, p := range at {
+				starts[i] = p.Offset
+			}
+			tt.damage(t, filepath.Join(dir, SegmentName(segs[1])), filepath.Join(dir, SegmentName(segs[0])), starts)
+			l, rec, err := Open(dir, opts)
+			if err == nil {
+				defer l.Close()
+			}
+			if tt.wantCut < 0 {
+				if !errors.Is(err, ErrCorrupt) {
+					t.Errorf("strict Open = %v; want ErrCorrupt", err)
+				}
+				return
+			}
+			if err != nil || rec.Truncated != tt.wantCut {
+				t.Errorf("strict Open = cut %d bytes, %v; want %d cut, nil", rec.Truncated, err, tt.wantCut)
+			}
+		})
 	}
 }
 
