@@ -74,16 +74,17 @@ type nativeBlock struct {
 // nativeActs are the activations of one batch, grown as needed: the
 // forward's, kept for the backward, and the backward's scratch.
 type nativeActs struct {
-	n                    int // token rows: the batch's sequences back to back
-	toks, tgts, pos, sel []int
-	seqs                 []seqSpan
-	blocks               []blockActs
-	xf, rstdF, hf        []float32 // the last residual and its norm
-	hsel, logits, inv    []float32 // the head over the rows in sel
-	logp                 []float32 // [len(sel)]
-	dres, dhn, dqkv      []float32
-	datt, dgu, dact      []float32
-	dhsel, partial       []float32
+	n                 int // token rows: the batch's sequences back to back
+	toks, tgts, pos   []int
+	sel, tgtSel       []int // the rows through the LM head and their targets
+	seqs              []seqSpan
+	blocks            []blockActs
+	xf, rstdF, hf     []float32 // the last residual and its norm
+	hsel, logits, inv []float32 // the head over the rows in sel
+	logp              []float32 // [len(sel)]
+	dres, dhn, dqkv   []float32
+	datt, dgu, dact   []float32
+	dhsel, partial    []float32
 }
 
 // blockActs are what one block's forward keeps for its backward.
@@ -339,14 +340,14 @@ func (t *NativeTrainer) forward(sel []int) {
 	a.sel = sel
 	s, V := len(sel), c.VocabSize
 	hsel := grow(&a.hsel, s*D)
-	tgt := make([]int, s)
+	a.tgtSel = a.tgtSel[:0]
 	for k, j := range sel {
 		copy(hsel[k*D:(k+1)*D], a.hf[j*D:(j+1)*D])
-		tgt[k] = a.tgts[j]
+		a.tgtSel = append(a.tgtSel, a.tgts[j])
 	}
 	logits := grow(&a.logits, s*V)
 	linearForward(p, logits, hsel, &t.head, s, false)
-	logSoftmaxForward(p, grow(&a.inv, s), grow(&a.logp, s), logits, tgt, s, V)
+	logSoftmaxForward(p, grow(&a.inv, s), grow(&a.logp, s), logits, a.tgtSel, s, V)
 }
 
 // backward computes into grads the gradient of −Σ_k w[k]·logp[k] over the
@@ -355,11 +356,7 @@ func (t *NativeTrainer) backward(w []float32) {
 	c, a, p := t.mc, &t.a, t.pool
 	n, D, F, V, s := a.n, c.Dim, c.FFNDim, c.VocabSize, len(a.sel)
 	clear(t.grads)
-	tgt := make([]int, s)
-	for k, j := range a.sel {
-		tgt[k] = a.tgts[j]
-	}
-	logSoftmaxBackward(p, a.logits, a.inv, w, tgt, s, V)
+	logSoftmaxBackward(p, a.logits, a.inv, w, a.tgtSel, s, V)
 	dhsel := grow(&a.dhsel, s*D)
 	clear(dhsel)
 	linearBackward(p, dhsel, t.dEmb, a.logits, a.hsel, &t.head, s)

@@ -177,7 +177,7 @@ func attentionForward(pool *cpuPool, att, probs, qkv []float32, seqs []seqSpan, 
 			p := probs[s.probOff+h*L*L : s.probOff+(h+1)*L*L]
 			// Scores q·kᵀ, then a causal softmax of each row.
 			sc.b1.packCols(nil, qkv[k:], L, hd, w)
-			gemm(nil, p, L, leftOperand{data: qkv[q:], ld: w}, L, &sc.b1, false)
+			causalGemm(p, qkv[q:], w, L, &sc.b1)
 			for t := range L {
 				pr := p[t*L : (t+1)*L]
 				mx := pr[0]
@@ -195,6 +195,19 @@ func attentionForward(pool *cpuPool, att, probs, qkv []float32, seqs []seqSpan, 
 			gemm(nil, att[s.off*d+h*hd:], d, leftOperand{data: p, ld: L}, L, &sc.b2, false)
 		}
 	})
+}
+
+// causalGemm computes the lower triangle (and some of the rest) of c [L, L]
+// = A·B for A [L, k] in rows lda apart: by blocks of rows, each up to its
+// last row's column. The caller clears what it reads above the diagonal.
+func causalGemm(c, a []float32, lda, L int, b *packedMatrix) {
+	block := 4 * trainKernel.rows
+	for i0 := 0; i0 < L; i0 += block {
+		i1 := min(i0+block, L)
+		upTo := *b
+		upTo.n = i1
+		gemm(nil, c[i0*L:], L, leftOperand{data: a[i0*lda:], ld: lda}, i1-i0, &upTo, false)
+	}
 }
 
 // attentionBackward accumulates into dqkv [n, 3d] the gradients of the
@@ -216,7 +229,7 @@ func attentionBackward(pool *cpuPool, dqkv, datt, probs, qkv []float32, seqs []s
 			p := probs[s.probOff+h*L*L : s.probOff+(h+1)*L*L]
 			dp := grow(&sc.dp, L*L)
 			sc.b1.packCols(nil, qkv[v:], L, hd, w)
-			gemm(nil, dp, L, leftOperand{data: datt[do:], ld: d}, L, &sc.b1, false)
+			causalGemm(dp, datt[do:], d, L, &sc.b1)
 			for t := range L {
 				pr, dr := p[t*L:t*L+t+1], dp[t*L:t*L+t+1]
 				var sum float32

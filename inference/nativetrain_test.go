@@ -2,6 +2,7 @@ package inference
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
@@ -210,59 +211,62 @@ func TestNativeGradientsMatchGoMLX(t *testing.T) {
 		"wide-vocab":  {VocabSize: 300, Dim: 48, Layers: 1, Heads: 4, FFNDim: 100, MaxSeq: 64, RopeBase: 500, NormEps: 1e-6},
 		"parallel-mm": {VocabSize: 211, Dim: 64, Layers: 2, Heads: 4, FFNDim: 176, MaxSeq: 64, RopeBase: 10000, NormEps: 1e-5},
 	}
-	for _, name := range slices.Sorted(func(yield func(string) bool) {
-		for k := range configs {
-			if !yield(k) {
-				return
+	defer func(k microKernel) { trainKernel = k }(trainKernel)
+	for _, kern := range trainKernels {
+		trainKernel = kern
+		for _, name := range slices.Sorted(maps.Keys(configs)) {
+			t.Run(fmt.Sprintf("kernel=%dx%d/%s", kern.rows, kern.cols, name), func(t *testing.T) {
+				checkNativeGradients(t, configs[name], uint64(len(name)))
+			})
+		}
+	}
+}
+
+// checkNativeGradients compares the native and GoMLX gradients of a random
+// model of configuration c on a random batch.
+func checkNativeGradients(t *testing.T, c ModelConfig, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	m := randomModel(t, c, uint64(c.Dim))
+	tr, err := NewNativeTrainer(m, DefaultTrainConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	var seqs [][]int
+	var w [][]float32
+	for _, n := range []int{9, 30, 2, 17, 61} {
+		s := make([]int, n)
+		for i := range s {
+			s[i] = rng.IntN(c.VocabSize)
+		}
+		ws := make([]float32, n-1)
+		for i := range ws {
+			switch rng.IntN(4) {
+			case 0: // masked
+			case 1:
+				ws[i] = -rng.Float32()
+			default:
+				ws[i] = rng.Float32()
 			}
 		}
-	}) {
-		c := configs[name]
-		t.Run(name, func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(uint64(len(name)), 7))
-			m := randomModel(t, c, uint64(c.Dim))
-			tr, err := NewNativeTrainer(m, DefaultTrainConfig())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tr.Close()
-			var seqs [][]int
-			var w [][]float32
-			for _, n := range []int{9, 30, 2, 17, 41} {
-				s := make([]int, n)
-				for i := range s {
-					s[i] = rng.IntN(c.VocabSize)
-				}
-				ws := make([]float32, n-1)
-				for i := range ws {
-					switch rng.IntN(4) {
-					case 0: // masked
-					case 1:
-						ws[i] = -rng.Float32()
-					default:
-						ws[i] = rng.Float32()
-					}
-				}
-				seqs, w = append(seqs, s), append(w, ws)
-			}
-			wantLoss, want := gomlxWeightedLoss(t, m, seqs, w)
-			gotLoss, got := nativeWeightedLoss(t, tr, seqs, w)
-			if d := math.Abs(float64(gotLoss - wantLoss)); d > 1e-4*math.Max(1, math.Abs(float64(wantLoss))) {
-				t.Errorf("loss %g; GoMLX %g", gotLoss, wantLoss)
-			}
-			worst, worstName := 0.0, ""
-			for _, wn := range m.names {
-				e := relMaxErr(got[wn], want[wn])
-				if e > 1e-4 {
-					t.Errorf("%s: relative max-norm error %.2g", wn, e)
-				}
-				if e > worst {
-					worst, worstName = e, wn
-				}
-			}
-			t.Logf("loss %.5f (GoMLX %.5f); worst gradient error %.2g at %s", gotLoss, wantLoss, worst, worstName)
-		})
+		seqs, w = append(seqs, s), append(w, ws)
 	}
+	wantLoss, want := gomlxWeightedLoss(t, m, seqs, w)
+	gotLoss, got := nativeWeightedLoss(t, tr, seqs, w)
+	if d := math.Abs(float64(gotLoss - wantLoss)); d > 1e-4*math.Max(1, math.Abs(float64(wantLoss))) {
+		t.Errorf("loss %g; GoMLX %g", gotLoss, wantLoss)
+	}
+	worst, worstName := 0.0, ""
+	for _, wn := range m.names {
+		e := relMaxErr(got[wn], want[wn])
+		if e > 1e-4 {
+			t.Errorf("%s: relative max-norm error %.2g", wn, e)
+		}
+		if e > worst {
+			worst, worstName = e, wn
+		}
+	}
+	t.Logf("loss %.5f (GoMLX %.5f); worst gradient error %.2g at %s", gotLoss, wantLoss, worst, worstName)
 }
 
 // sftBatch is a batch of slices of a periodic text with a loss mask on the
@@ -547,8 +551,8 @@ func TestNativeTrainerRejectsBadBatches(t *testing.T) {
 	}
 }
 
-// benchConfig is the measurement size: vocab 2048, d128, 4 layers,
-// 4 heads, SwiGLU 384, batch 16×128.
+// benchBatch is the measurement batch, 16×128 tokens (plus one
+// target each) of a vocabulary of 2048; the default model is its size.
 func benchBatch() Batch {
 	rng := rand.New(rand.NewPCG(1, 1))
 	var b Batch
@@ -563,7 +567,24 @@ func benchBatch() Batch {
 }
 
 func BenchmarkNativeTrainStep(b *testing.B) {
-	m, err := NewModel(DefaultModelConfig(), DefaultBackendConfig(), 1)
+	benchNativeTrainStep(b, DefaultModelConfig())
+}
+
+// BenchmarkNativeTrainStepLarger times the native trainer at about 5M and
+// 15M parameters (GoMLX takes minutes per step there).
+func BenchmarkNativeTrainStepLarger(b *testing.B) {
+	c5, c15 := DefaultModelConfig(), DefaultModelConfig()
+	c5.Dim, c5.Layers, c5.Heads, c5.FFNDim = 256, 6, 8, 768
+	c15.Dim, c15.Layers, c15.Heads, c15.FFNDim = 384, 8, 6, 1152
+	for _, c := range []ModelConfig{c5, c15} {
+		b.Run(fmt.Sprintf("params=%.1fM", float64(c.Params())/1e6), func(b *testing.B) {
+			benchNativeTrainStep(b, c)
+		})
+	}
+}
+
+func benchNativeTrainStep(b *testing.B, c ModelConfig) {
+	m, err := NewModel(c, DefaultBackendConfig(), 1)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -572,7 +593,7 @@ func BenchmarkNativeTrainStep(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer tr.Close()
-	benchTrainStep(b, m.Config(), tr.Step)
+	benchTrainStep(b, c, tr.Step)
 }
 
 func BenchmarkGoMLXTrainStep(b *testing.B) {
