@@ -482,7 +482,11 @@ func (l *Log) Close() error {
 		return nil
 	}
 	l.closed = true
-	return errors.Join(l.active.Sync(), l.active.Close())
+	err := l.active.Sync()
+	if err == nil {
+		l.synced = l.written
+	}
+	return errors.Join(err, l.active.Close())
 }
 
 // Batch is a run of records from one segment.
