@@ -79,9 +79,9 @@ func (c *Client) SendMessage(ctx context.Context, sessionID, text string) (schem
 	return out, valid(path, out.Validate())
 }
 
-// StreamMessage is SendMessage with the reply streamed: onToken gets each
-// piece of text as it is generated (an error from it stops the stream and
-// is returned), and the final "done" event is returned.
+// StreamMessage is SendMessage with the reply streamed: onToken (when not
+// nil) gets each piece of text as it is generated (an error from it stops
+// the stream and is returned), and the final "done" event is returned.
 func (c *Client) StreamMessage(ctx context.Context, sessionID, text string, onToken func(string) error) (schema.MessageResponse, error) {
 	var out schema.MessageResponse
 	path := sessionPath(sessionID) + "/messages"
@@ -99,6 +99,9 @@ func (c *Client) StreamMessage(ctx context.Context, sessionID, text string, onTo
 			}
 			if err := json.Unmarshal([]byte(data), &t); err != nil {
 				return false, fmt.Errorf("%w: token event: %w", ErrInvalidResponse, err)
+			}
+			if onToken == nil {
+				return false, nil
 			}
 			return false, onToken(t.Text)
 		case "done":
@@ -157,9 +160,9 @@ func (c *Client) ChatCompletion(ctx context.Context, req schema.ChatCompletionRe
 	return out, valid(path, out.Validate())
 }
 
-// StreamChatCompletion is ChatCompletion streamed: onChunk gets every chunk
-// until the stream's [DONE] (an error from it stops the stream and is
-// returned).
+// StreamChatCompletion is ChatCompletion streamed: onChunk (when not nil)
+// gets every chunk until the stream's [DONE] (an error from it stops the
+// stream and is returned).
 func (c *Client) StreamChatCompletion(ctx context.Context, req schema.ChatCompletionRequest, onChunk func(schema.ChatCompletionChunk) error) error {
 	req.Stream = true
 	const path = "/v1/chat/completions"
@@ -183,6 +186,9 @@ func (c *Client) StreamChatCompletion(ctx context.Context, req schema.ChatComple
 		}
 		if err := ch.Validate(); err != nil {
 			return false, fmt.Errorf("%w: %w", ErrInvalidResponse, err)
+		}
+		if onChunk == nil {
+			return false, nil
 		}
 		return false, onChunk(ch)
 	})
