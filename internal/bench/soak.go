@@ -203,9 +203,8 @@ func (r *soakRecorder) add(d time.Duration, err error) {
 		}
 		return
 	}
-	ms := float64(d.Microseconds()) / 1000
-	r.interval = append(r.interval, ms)
-	r.all = append(r.all, ms)
+	r.interval = append(r.interval, millis(d))
+	r.all = append(r.all, millis(d))
 }
 
 // errorKind names an error for SoakReport.ErrorKinds: the status and code
