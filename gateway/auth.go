@@ -60,7 +60,7 @@ func hashKey(key string) string {
 // CreateKey makes a new random API key for clientID with role, stores its
 // sha256 in the {prefix}apikeys hash, and returns the key. The key is shown
 // once: only its hash is kept.
-func CreateKey(ctx context.Context, rdb *redis.Client, prefix, clientID string, role Role) (string, error) {
+func CreateKey(ctx context.Context, rdb redis.UniversalClient, prefix, clientID string, role Role) (string, error) {
 	if !clientIDRE.MatchString(clientID) {
 		return "", fmt.Errorf("create key: client id %q must be 1-64 characters of A-Z a-z 0-9 . _ @ -", clientID)
 	}
@@ -85,7 +85,7 @@ func CreateKey(ctx context.Context, rdb *redis.Client, prefix, clientID string, 
 
 // RevokeKey deletes a key given either the key itself or its ID (as ListKeys
 // shows it). It returns ErrKeyNotFound when there is no such key.
-func RevokeKey(ctx context.Context, rdb *redis.Client, prefix, keyOrID string) error {
+func RevokeKey(ctx context.Context, rdb redis.UniversalClient, prefix, keyOrID string) error {
 	id := keyOrID
 	if _, err := hex.DecodeString(id); err != nil || len(id) != 64 {
 		id = hashKey(keyOrID)
@@ -101,7 +101,7 @@ func RevokeKey(ctx context.Context, rdb *redis.Client, prefix, keyOrID string) e
 }
 
 // ListKeys returns every stored key, ordered by client id then creation time.
-func ListKeys(ctx context.Context, rdb *redis.Client, prefix string) ([]KeyInfo, error) {
+func ListKeys(ctx context.Context, rdb redis.UniversalClient, prefix string) ([]KeyInfo, error) {
 	m, err := rdb.HGetAll(ctx, keysKey(prefix)).Result()
 	if err != nil {
 		return nil, fmt.Errorf("list keys: %w", err)

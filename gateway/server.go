@@ -55,7 +55,7 @@ type Router interface {
 
 // Deps are the running parts a Server uses.
 type Deps struct {
-	Redis *redis.Client
+	Redis redis.UniversalClient
 	// Events receives every session_started, turn and session_ended.
 	Events EventSink
 	// Engine generates replies; nil until SetEngine is called (the server
@@ -77,7 +77,7 @@ type Deps struct {
 // the admin API and the ops endpoints, over sessions in Redis.
 type Server struct {
 	cfg            Config
-	rdb            *redis.Client
+	rdb            redis.UniversalClient
 	events         EventSink
 	router         Router
 	static         *staticRouter

@@ -15,6 +15,7 @@ import (
 
 	"github.com/parleyhq/parley/gateway"
 	"github.com/parleyhq/parley/gateway/admin"
+	"github.com/parleyhq/parley/internal/redisconn"
 	"github.com/parleyhq/parley/rollout/abtest"
 	"github.com/parleyhq/parley/schema"
 )
@@ -313,7 +314,8 @@ func newCtlReportCmd(f *ctlFlags) *cobra.Command {
 }
 
 func newCtlKeysCmd(f *ctlFlags) *cobra.Command {
-	var addr, prefix string
+	rc := redisconn.Config{Addr: "127.0.0.1:6379"}
+	var prefix string
 	cmd := &cobra.Command{
 		Use:   "keys",
 		Short: "Create, revoke and list API keys (in Redis directly)",
@@ -324,10 +326,13 @@ key is stored: a new key is shown once.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	pf := cmd.PersistentFlags()
-	pf.StringVar(&addr, "redis-addr", "127.0.0.1:6379", "Redis host:port")
+	redisFlags(pf, &rc.Addr, &rc.MasterName, &rc.Cluster, "Redis of the keys")
 	pf.StringVar(&prefix, "prefix", "parley:", "Redis key prefix")
-	withRedis := func(cmd *cobra.Command, fn func(context.Context, *redis.Client) error) error {
-		rdb := redis.NewClient(&redis.Options{Addr: addr})
+	withRedis := func(cmd *cobra.Command, fn func(context.Context, redis.UniversalClient) error) error {
+		if err := rc.Validate(); err != nil {
+			return err
+		}
+		rdb := rc.Open()
 		defer rdb.Close()
 		ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 		defer cancel()
@@ -340,7 +345,7 @@ key is stored: a new key is shown once.`,
 		Short: "Make a new API key for a client with a role: player-client, live-ops or admin",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withRedis(cmd, func(ctx context.Context, rdb *redis.Client) error {
+			return withRedis(cmd, func(ctx context.Context, rdb redis.UniversalClient) error {
 				key, err := gateway.CreateKey(ctx, rdb, prefix, client, gateway.Role(role))
 				if err != nil {
 					return err
@@ -363,7 +368,7 @@ key is stored: a new key is shown once.`,
 		Short: "Revoke a key, given the key itself or its id from keys list",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withRedis(cmd, func(ctx context.Context, rdb *redis.Client) error {
+			return withRedis(cmd, func(ctx context.Context, rdb redis.UniversalClient) error {
 				if err := gateway.RevokeKey(ctx, rdb, prefix, args[0]); err != nil {
 					return err
 				}
@@ -378,7 +383,7 @@ key is stored: a new key is shown once.`,
 		Short: "List the stored keys: id (the key's sha256), client, role, created",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withRedis(cmd, func(ctx context.Context, rdb *redis.Client) error {
+			return withRedis(cmd, func(ctx context.Context, rdb redis.UniversalClient) error {
 				keys, err := gateway.ListKeys(ctx, rdb, prefix)
 				if err != nil {
 					return err

@@ -42,7 +42,7 @@ interrupted bootstrap resumes). It prints the chat URL, the dashboard URL and tw
 	f.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory for the broker log, the registry and the learner's data")
 	f.StringVar(&cfg.Addr, "addr", cfg.Addr, "HTTP address of the gateway, host:port")
 	f.IntVar(&cfg.KafkaPort, "kafka-port", cfg.KafkaPort, "loopback port of the embedded Kafka broker (0 picks one)")
-	f.StringVar(&cfg.RedisAddr, "redis-addr", cfg.RedisAddr, "external Redis host:port (empty: embedded miniredis)")
+	redisFlags(f, &cfg.RedisAddr, &cfg.RedisMasterName, &cfg.RedisCluster, "external Redis (empty: embedded miniredis)")
 	f.IntVar(&cfg.Bots, "bots", cfg.Bots, "ground-truth players talking to the gateway at a time (0: none)")
 	f.BoolVar(&cfg.Learner, "learner", cfg.Learner, "run the learner (session consumer and user-agent refresh)")
 	b := &cfg.Bootstrap

@@ -51,7 +51,7 @@ version in the registry.`,
 func gatewayFlags(f *pflag.FlagSet, cfg *gatewayd.Config) {
 	gc := &cfg.Gateway
 	f.StringVar(&gc.Addr, "addr", gc.Addr, "HTTP listen address, host:port")
-	f.StringVar(&cfg.RedisAddr, "redis-addr", cfg.RedisAddr, "Redis server, host:port")
+	redisFlags(f, &cfg.RedisAddr, &cfg.RedisMasterName, &cfg.RedisCluster, "Redis of sessions, keys and rollout state")
 	f.StringSliceVar(&cfg.SessionLog.Brokers, "kafka-brokers", cfg.SessionLog.Brokers, "Kafka bootstrap brokers, host:port,...")
 	f.StringVar(&cfg.Registry, "registry", cfg.Registry, "root of the model registry")
 	f.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory of the event spool and loading versions")

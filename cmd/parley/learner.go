@@ -56,7 +56,7 @@ also follows the running canary experiment and rolls it back on a guardrail brea
 	f.IntVar(&cfg.Cycle.EverySessions, "cycle-sessions", cfg.Cycle.EverySessions, "run a cycle after this many new ended sessions")
 	f.DurationVar(&cfg.Cycle.Every, "cycle-every", cfg.Cycle.Every, "run a cycle after this long (with enough new sessions)")
 	f.IntVar(&cfg.Cycle.RL.Steps, "cycle-steps", cfg.Cycle.RL.Steps, "AT-GRPO steps per cycle")
-	f.StringVar(&cfg.RedisAddr, "redis-addr", cfg.RedisAddr, "Redis of the rollout state; set to run the A/B watchdog and start cycles from the stable version")
+	redisFlags(f, &cfg.RedisAddr, &cfg.RedisMasterName, &cfg.RedisCluster, "Redis of the rollout state; set to run the A/B watchdog and start cycles from the stable version")
 	f.StringVar(&cfg.KeyPrefix, "key-prefix", cfg.KeyPrefix, "prefix of every Redis key")
 	f.StringVar(&cfg.Watchdog.Deployment, "deployment", cfg.Watchdog.Deployment, "deployment whose canary the watchdog follows")
 	f.BoolVar(&cfg.Watchdog.Guardrails.AutoPromote, "auto-promote", cfg.Watchdog.Guardrails.AutoPromote, "promote a canary the sequential test finds better")

@@ -25,7 +25,7 @@ import (
 // GatewayConfig says what RunGateway measures.
 type GatewayConfig struct {
 	// Redis holds the bench's sessions under a random key prefix, deleted afterwards.
-	Redis *redis.Client
+	Redis redis.UniversalClient
 	// Engine is the real model; nil skips the real-model points.
 	Engine gateway.Generator
 	// Tokenizer splits the stub engine's reply; nil takes Engine's.

@@ -57,7 +57,7 @@ func randomHex(n int) string {
 }
 
 // deletePrefix removes every Redis key under prefix.
-func deletePrefix(rdb *redis.Client, prefix string) {
+func deletePrefix(rdb redis.UniversalClient, prefix string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	iter := rdb.Scan(ctx, 0, prefix+"*", 500).Iterator()

@@ -20,12 +20,12 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/parleyhq/parley/gateway"
 	"github.com/parleyhq/parley/internal/broker"
 	"github.com/parleyhq/parley/internal/gatewayd"
 	"github.com/parleyhq/parley/internal/learnerd"
+	"github.com/parleyhq/parley/internal/redisconn"
 	"github.com/parleyhq/parley/internal/telemetry"
 	"github.com/parleyhq/parley/simulator"
 )
@@ -39,8 +39,13 @@ type Config struct {
 	Addr string
 	// KafkaPort is the loopback port of the embedded broker; 0 picks one.
 	KafkaPort int
-	// RedisAddr names an external Redis; empty starts an embedded miniredis.
+	// RedisAddr names an external Redis (host:port, or a comma-separated
+	// list of sentinels or cluster nodes); empty starts an embedded miniredis.
 	RedisAddr string
+	// RedisMasterName is the primary's name at the sentinels of RedisAddr.
+	RedisMasterName string
+	// RedisCluster says RedisAddr names nodes of a Redis Cluster.
+	RedisCluster bool
 	// Bots is how many ground-truth players talk to the gateway at a time;
 	// 0 runs none.
 	Bots int
@@ -66,14 +71,18 @@ func (c Config) Validate() error {
 		return fmt.Errorf("dev: kafka-port %d is out of range", c.KafkaPort)
 	}
 	if c.RedisAddr != "" {
-		if _, _, err := net.SplitHostPort(c.RedisAddr); err != nil {
-			return fmt.Errorf("dev: redis addr %q is not host:port: %w", c.RedisAddr, err)
+		if err := c.redis().Validate(); err != nil {
+			return fmt.Errorf("dev: %w", err)
 		}
 	}
 	if c.Bots < 0 {
 		return fmt.Errorf("dev: bots %d is negative", c.Bots)
 	}
 	return c.Bootstrap.Validate()
+}
+
+func (c Config) redis() redisconn.Config {
+	return redisconn.Config{Addr: c.RedisAddr, MasterName: c.RedisMasterName, Cluster: c.RedisCluster}
 }
 
 // Stack is the running dev system.
@@ -108,17 +117,17 @@ func (s *Stack) Run(ctx context.Context) error {
 	defer kafka.Close()
 	s.log.Info("kafka broker listening", "addrs", kafka.ListenAddrs(), "data", kafkaDir)
 
-	redisAddr := s.cfg.RedisAddr
-	if redisAddr == "" {
+	rc := s.cfg.redis()
+	if rc.Addr == "" {
 		mr := miniredis.NewMiniRedis()
 		if err := mr.StartAddr("127.0.0.1:0"); err != nil {
 			return fmt.Errorf("dev: start embedded redis: %w", err)
 		}
 		defer mr.Close()
-		redisAddr = mr.Addr()
-		s.log.Info("embedded redis (miniredis) listening", "addr", redisAddr)
+		rc.Addr = mr.Addr()
+		s.log.Info("embedded redis (miniredis) listening", "addr", rc.Addr)
 	} else {
-		s.log.Info("using redis", "addr", redisAddr)
+		s.log.Info("using redis", "redis", rc.String())
 	}
 
 	registryDir := filepath.Join(s.cfg.DataDir, "registry")
@@ -130,13 +139,14 @@ func (s *Stack) Run(ctx context.Context) error {
 	}
 
 	gw := gatewayd.DefaultConfig()
-	gw.Gateway.Addr, gw.RedisAddr, gw.Registry = s.cfg.Addr, redisAddr, registryDir
+	gw.Gateway.Addr, gw.Registry = s.cfg.Addr, registryDir
+	gw.RedisAddr, gw.RedisMasterName, gw.RedisCluster = rc.Addr, rc.MasterName, rc.Cluster
 	gw.DataDir, gw.Instance = filepath.Join(s.cfg.DataDir, "gateway"), "dev"
 	gw.SessionLog.Brokers = kafka.ListenAddrs()
 	gw.SessionLog.AllowAutoTopicCreation = true
 	gw.Gateway.PlayerRate = 0 // the bots share one client; per-player limits stay on in production
 
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	rdb := rc.Open()
 	defer rdb.Close()
 	playerKey, err := gateway.CreateKey(ctx, rdb, gw.Gateway.KeyPrefix, "dev-game", gateway.RolePlayerClient)
 	if err != nil {
@@ -156,7 +166,8 @@ func (s *Stack) Run(ctx context.Context) error {
 		lc := learnerd.DefaultConfig()
 		lc.Learner.DataDir, lc.Learner.Registry = filepath.Join(s.cfg.DataDir, "learner"), registryDir
 		lc.Learner.Consumer.Brokers = kafka.ListenAddrs()
-		lc.RedisAddr, lc.KeyPrefix, lc.Watchdog.Deployment = redisAddr, gw.Gateway.KeyPrefix, gw.Gateway.Deployment
+		lc.RedisAddr, lc.RedisMasterName, lc.RedisCluster = rc.Addr, rc.MasterName, rc.Cluster
+		lc.KeyPrefix, lc.Watchdog.Deployment = gw.Gateway.KeyPrefix, gw.Gateway.Deployment
 		wg.Go(func() { errs <- learnerd.Run(ctx, lc, s.tel) })
 	}
 

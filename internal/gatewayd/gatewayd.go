@@ -13,14 +13,13 @@ import (
 	"path/filepath"
 	"sync"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/parleyhq/parley/gateway"
 	"github.com/parleyhq/parley/gateway/admin"
 	"github.com/parleyhq/parley/gateway/modelpool"
 	"github.com/parleyhq/parley/gateway/sessionlog"
 	"github.com/parleyhq/parley/inference"
 	"github.com/parleyhq/parley/inference/registry"
+	"github.com/parleyhq/parley/internal/redisconn"
 	"github.com/parleyhq/parley/internal/telemetry"
 	"github.com/parleyhq/parley/rollout"
 	"github.com/parleyhq/parley/rollout/abtest"
@@ -35,8 +34,13 @@ type Config struct {
 	Admin      admin.Config
 	Backend    inference.BackendConfig
 	Engine     inference.EngineConfig
-	// RedisAddr is the Redis server, host:port.
+	// RedisAddr is the Redis server, host:port; with RedisMasterName a
+	// comma-separated list of sentinels, with RedisCluster of cluster nodes.
 	RedisAddr string
+	// RedisMasterName is the primary's name at the sentinels; empty: no Sentinel.
+	RedisMasterName string
+	// RedisCluster talks to a Redis Cluster.
+	RedisCluster bool
 	// Registry is the root of the local model registry.
 	Registry string
 	// DataDir holds the spool and the pool's work directory.
@@ -70,6 +74,10 @@ func (c Config) complete() Config {
 	return c
 }
 
+func (c Config) redis() redisconn.Config {
+	return redisconn.Config{Addr: c.RedisAddr, MasterName: c.RedisMasterName, Cluster: c.RedisCluster}
+}
+
 // Validate reports the first field that is unusable, naming it.
 func (c Config) Validate() error {
 	if c.RedisAddr == "" || c.Registry == "" || c.DataDir == "" || c.Instance == "" {
@@ -79,7 +87,7 @@ func (c Config) Validate() error {
 		return errors.New("gateway: kafka-brokers is required")
 	}
 	c = c.complete()
-	return errors.Join(c.Gateway.Validate(), c.SessionLog.Validate(), c.Pool.Validate(),
+	return errors.Join(c.redis().Validate(), c.Gateway.Validate(), c.SessionLog.Validate(), c.Pool.Validate(),
 		c.Rollout.Validate(), c.Admin.Validate(), c.Backend.Validate(), c.Engine.Validate())
 }
 
@@ -92,10 +100,10 @@ func Run(ctx context.Context, cfg Config, tel *telemetry.Telemetry) error {
 	cfg = cfg.complete()
 	log := tel.Logger.With("component", "gateway", "instance", cfg.Instance)
 
-	rdb := redis.NewClient(&redis.Options{Addr: cfg.RedisAddr})
+	rdb := cfg.redis().Open()
 	defer rdb.Close()
 	if err := rdb.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("gateway: redis at %s: %w", cfg.RedisAddr, err)
+		return fmt.Errorf("gateway: redis %s: %w", cfg.redis(), err)
 	}
 	reg, err := registry.NewLocal(cfg.Registry)
 	if err != nil {

@@ -13,8 +13,7 @@ import (
 	"path/filepath"
 	"sync"
 
-	"github.com/redis/go-redis/v9"
-
+	"github.com/parleyhq/parley/internal/redisconn"
 	"github.com/parleyhq/parley/internal/telemetry"
 	"github.com/parleyhq/parley/learner"
 	"github.com/parleyhq/parley/rollout"
@@ -24,10 +23,14 @@ import (
 // Config is everything one learner process needs.
 type Config struct {
 	Learner learner.Config
-	// RedisAddr, when set, runs the A/B watchdog against the rollout state there.
-	RedisAddr string
-	KeyPrefix string
-	Watchdog  abtest.WatchdogConfig
+	// RedisAddr, when set, runs the A/B watchdog against the rollout state
+	// there: host:port, or a comma-separated list of sentinels (with
+	// RedisMasterName) or cluster nodes (with RedisCluster).
+	RedisAddr       string
+	RedisMasterName string
+	RedisCluster    bool
+	KeyPrefix       string
+	Watchdog        abtest.WatchdogConfig
 	// Cycle configures the periodic AT-GRPO cycle, run when CycleEnabled.
 	// It starts from the rollout's stable version of Watchdog.Deployment
 	// when Redis is given, else from the registry's newest version.
@@ -39,6 +42,10 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{Learner: learner.DefaultConfig(), KeyPrefix: "parley:", Watchdog: abtest.DefaultWatchdogConfig(),
 		Cycle: learner.DefaultCycleConfig(), CycleEnabled: true}
+}
+
+func (c Config) redis() redisconn.Config {
+	return redisconn.Config{Addr: c.RedisAddr, MasterName: c.RedisMasterName, Cluster: c.RedisCluster}
 }
 
 // Validate reports the first field that is unusable, naming it.
@@ -55,7 +62,7 @@ func (c Config) Validate() error {
 		}
 	}
 	if c.RedisAddr != "" {
-		return c.Watchdog.Validate()
+		return errors.Join(c.redis().Validate(), c.Watchdog.Validate())
 	}
 	return nil
 }
@@ -82,7 +89,7 @@ func Run(ctx context.Context, cfg Config, tel *telemetry.Telemetry) error {
 	})
 	var rc *rollout.Client
 	if cfg.RedisAddr != "" {
-		rdb := redis.NewClient(&redis.Options{Addr: cfg.RedisAddr})
+		rdb := cfg.redis().Open()
 		defer rdb.Close()
 		rcfg := rollout.DefaultConfig()
 		rcfg.Prefix = cfg.KeyPrefix
