@@ -64,8 +64,12 @@ func New(rdb redis.UniversalClient, cfg Config, log *slog.Logger) (*Client, erro
 	return &Client{rdb: rdb, cfg: cfg, log: log}, nil
 }
 
-// StateKey is the hash that holds a deployment's rollout state.
-func (c *Client) StateKey(deployment string) string { return c.cfg.Prefix + "rollout:" + deployment }
+// StateKey is the hash that holds a deployment's rollout state. The braces
+// are a Redis Cluster hash tag: the state, its history and its events share a
+// slot, so casScript touches one.
+func (c *Client) StateKey(deployment string) string {
+	return c.cfg.Prefix + "rollout:{" + deployment + "}"
+}
 
 // HistoryKey is the list of a deployment's changes, oldest first.
 func (c *Client) HistoryKey(deployment string) string { return c.StateKey(deployment) + ":history" }

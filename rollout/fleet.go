@@ -29,9 +29,10 @@ type Instance struct {
 	UpdatedAt time.Time `json:"updated_at"`
 }
 
-// FleetKey is the hash of one instance.
+// FleetKey is the hash of one instance. The deployment is a Redis Cluster
+// hash tag, so that Fleet finds every instance on one node.
 func (c *Client) FleetKey(deployment, instance string) string {
-	return c.cfg.Prefix + "fleet:" + deployment + ":" + instance
+	return c.cfg.Prefix + "fleet:{" + deployment + "}:" + instance
 }
 
 // Heartbeat writes in's entry with a TTL of FleetTTL (UpdatedAt is set to now).
@@ -90,8 +91,12 @@ func (c *Client) Leave(ctx context.Context, deployment, instance string) error {
 // Fleet lists the live instances of a deployment, sorted by name.
 func (c *Client) Fleet(ctx context.Context, deployment string) ([]Instance, error) {
 	pattern := globEscape(c.FleetKey(deployment, "")) + "*"
+	node, err := c.nodeOf(ctx, pattern)
+	if err != nil {
+		return nil, fmt.Errorf("fleet %q: %w", deployment, err)
+	}
 	var keys []string
-	it := c.rdb.Scan(ctx, 0, pattern, 256).Iterator()
+	it := node.Scan(ctx, 0, pattern, 256).Iterator()
 	for it.Next(ctx) {
 		keys = append(keys, it.Val())
 	}
@@ -126,6 +131,16 @@ func (c *Client) Fleet(ctx context.Context, deployment string) ([]Instance, erro
 }
 
 // globEscape escapes the glob metacharacters of a Redis SCAN pattern.
+// nodeOf is the client to SCAN for keys in key's hash slot: in a Redis
+// Cluster the primary that holds the slot (SCAN reads one node), else c.rdb.
+func (c *Client) nodeOf(ctx context.Context, key string) (redis.Cmdable, error) {
+	cc, ok := c.rdb.(*redis.ClusterClient)
+	if !ok {
+		return c.rdb, nil
+	}
+	return cc.MasterForKey(ctx, key)
+}
+
 func globEscape(s string) string {
 	var b strings.Builder
 	for _, r := range s {
