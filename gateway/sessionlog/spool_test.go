@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -288,5 +289,36 @@ func flipByteAt(t *testing.T, path string, off int64) {
 	data[off] ^= 0x40
 	if err := os.WriteFile(path, data, 0o640); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestConcurrentPublishesShareFsyncs publishes one event from each of many
+// goroutines at once, as a gateway's concurrent sessions do: they share
+// fsyncs (group commit), and none returns before an fsync covered it.
+func TestConcurrentPublishesShareFsyncs(t *testing.T) {
+	cfg := testConfig([]string{"127.0.0.1:9"}, "t", t.TempDir())
+	cfg.CloseTimeout = 0
+	h := newHarness(t, cfg)
+	evs := makeEvents(t, "group", 64, 1)
+	n := uint64(len(evs))
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, ev := range evs {
+		wg.Go(func() {
+			<-start
+			if err := h.Publish(context.Background(), ev); err != nil {
+				t.Errorf("Publish: %v", err)
+			}
+			if h.spool.seg.Syncs() == 0 {
+				t.Error("Publish returned before any fsync")
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if got := h.spool.seg.Syncs(); got >= n {
+		t.Errorf("%d concurrent publishes made %d fsyncs; want fewer", n, got)
+	} else {
+		t.Logf("%d concurrent publishes made %d fsyncs", n, got)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/parleyhq/parley/internal/atomicfile"
 )
@@ -84,6 +85,7 @@ type Log struct {
 	// rotates) for everyone waiting.
 	syncMu sync.Mutex
 	synced uint64 // writes known durable; guarded by syncMu
+	syncs  atomic.Uint64
 }
 
 // SegmentName is the file name of segment id.
@@ -354,7 +356,8 @@ func (l *Log) Write(records []byte) (uint64, error) {
 
 // Sync returns once the write numbered seq is durable. The first caller to
 // arrive fsyncs every write so far; callers behind it usually find theirs
-// already covered. The leader also seals a full active segment and starts
+// already covered (group commit: writes that arrive while an fsync runs
+// share the next one, so the window is bounded by one fsync's time). The leader also seals a full active segment and starts
 // the next, so only it ever syncs or closes a segment file.
 func (l *Log) Sync(seq uint64) error {
 	l.syncMu.Lock()
@@ -378,6 +381,7 @@ func (l *Log) Sync(seq uint64) error {
 	}
 	l.mu.Unlock()
 	err := f.Sync()
+	l.syncs.Add(1)
 	if rotated {
 		_ = f.Close()
 		if err == nil {
@@ -390,6 +394,10 @@ func (l *Log) Sync(seq uint64) error {
 	l.synced = target
 	return nil
 }
+
+// Syncs returns how many fsyncs Sync has made: with concurrent writers,
+// fewer than the writes it made durable.
+func (l *Log) Syncs() uint64 { return l.syncs.Load() }
 
 // Append writes records, as Write does, and returns once they are durable.
 func (l *Log) Append(records []byte) error {

@@ -133,6 +133,9 @@ func TestConcurrentAppendsShareSyncs(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	if n := l.Syncs(); n >= 200 {
+		t.Errorf("200 concurrent appends made %d fsyncs; want fewer (group commit)", n)
+	}
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
