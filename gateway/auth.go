@@ -132,7 +132,8 @@ type principal struct {
 
 const principalKey = "parley.principal"
 
-// authenticate resolves the bearer key of a request to its principal.
+// authenticate resolves the bearer key of a request to its principal,
+// through the key cache.
 func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		h := c.Request().Header.Get(echo.HeaderAuthorization)
@@ -140,7 +141,12 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		if !ok || key == "" {
 			return fmt.Errorf("%w: send Authorization: Bearer <key>", ErrUnauthorized)
 		}
-		v, err := s.rdb.HGet(c.Request().Context(), keysKey(s.cfg.KeyPrefix), hashKey(strings.TrimSpace(key))).Result()
+		id := hashKey(strings.TrimSpace(key))
+		if p, ok := s.keys.get(id, s.now()); ok {
+			c.Set(principalKey, p)
+			return next(c)
+		}
+		v, err := s.rdb.HGet(c.Request().Context(), keysKey(s.cfg.KeyPrefix), id).Result()
 		if errors.Is(err, redis.Nil) {
 			return ErrUnauthorized
 		}
@@ -151,7 +157,9 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		if err := json.Unmarshal([]byte(v), &k); err != nil || !k.Role.Valid() {
 			return fmt.Errorf("decode api key entry: %w", errors.Join(err, ErrUnauthorized))
 		}
-		c.Set(principalKey, principal{ClientID: k.ClientID, Role: k.Role})
+		p := principal{ClientID: k.ClientID, Role: k.Role}
+		s.keys.put(id, p, s.now())
+		c.Set(principalKey, p)
 		return next(c)
 	}
 }

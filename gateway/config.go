@@ -54,6 +54,15 @@ type Config struct {
 	PlayerRate  float64
 	PlayerBurst int
 
+	// KeyCacheTTL is how long a gateway keeps a resolved API key (0 asks
+	// Redis on every request); a revoked key works at most that long.
+	KeyCacheTTL time.Duration
+	// KeyCacheSize bounds the cached API keys.
+	KeyCacheSize int
+	// SSEKeepAlive is how often a stream whose reply has not started sends
+	// a ": keep-alive" comment (0: never).
+	SSEKeepAlive time.Duration
+
 	// DefaultNPC is the persona of sessions that name none.
 	DefaultNPC string
 	// Personas are the NPCs by id.
@@ -100,6 +109,9 @@ func DefaultConfig() Config {
 		ClientBurst:     400,
 		PlayerRate:      1,
 		PlayerBurst:     5,
+		KeyCacheTTL:     5 * time.Second,
+		KeyCacheSize:    10000,
+		SSEKeepAlive:    15 * time.Second,
 		DefaultNPC:      "mira",
 		Personas: map[string]Persona{
 			"mira": {Name: "Mira", Card: inference.CompanionCard, Greeting: "Hey, you're back! Where are we heading today?"},
@@ -142,6 +154,8 @@ func (c Config) Validate() error {
 		{"shutdown timeout", c.ShutdownTimeout > 0},
 		{"client rate", c.ClientRate >= 0 && (c.ClientRate == 0 || c.ClientBurst >= 1)},
 		{"player rate", c.PlayerRate >= 0 && (c.PlayerRate == 0 || c.PlayerBurst >= 1)},
+		{"key cache ttl", c.KeyCacheTTL >= 0 && (c.KeyCacheTTL == 0 || c.KeyCacheSize >= 1)},
+		{"sse keep-alive", c.SSEKeepAlive >= 0},
 		{"sampling max tokens", c.Sampling.MaxTokens >= 1},
 		{"sampling temperature", c.Sampling.Temperature >= 0 && c.Sampling.Temperature <= 2},
 		{"sampling top-k", c.Sampling.TopK >= 0},

@@ -88,28 +88,19 @@ func (s *Server) messageHandler(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	sess, err := s.ownedSession(c)
-	if err != nil {
-		return err
-	}
-	if sess.Ended != "" {
-		return fmt.Errorf("session %s ended (%s): %w", sess.ID, sess.Ended, ErrSessionEnded)
-	}
+	// Three Redis round trips on the common path: load and lock, rate
+	// limit and activity, append and unlock (the API key is cached).
 	ctx := c.Request().Context()
-	if err := s.limit(ctx, sess.ClientID, sess.PlayerID); err != nil {
-		return err
-	}
-	unlock, err := s.lockTurn(ctx, sess.ID)
+	sess, lock, err := s.lockSession(ctx, c.Param("id"), principalOf(c).ClientID)
 	if err != nil {
 		return err
 	}
-	defer unlock()
-	// Re-read under the lock: another gateway may have answered a turn.
-	if sess, err = s.loadSession(ctx, sess.ID); err != nil {
+	defer lock.unlock(ctx)
+	if err := s.limitTurn(ctx, sess, lock != nil); err != nil {
 		return err
 	}
-	if err := s.touch(ctx, sess.ID); err != nil {
-		return err
+	if lock == nil {
+		return ErrTurnInProgress
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
@@ -137,7 +128,15 @@ func (s *Server) messageHandler(c echo.Context) error {
 		if err != nil {
 			return err
 		}
-		out, err = s.generate(ctx, gen, s.request(prompt, tok), onPiece)
+		// While the request waits in the engine queue, a stream gets keep-alive comments.
+		stopKeepAlive := func() {}
+		pieces := onPiece
+		if onPiece != nil {
+			stopKeepAlive = keepAlive(sse, s.cfg.SSEKeepAlive)
+			pieces = func(piece string) error { stopKeepAlive(); return onPiece(piece) }
+		}
+		out, err = s.generate(ctx, gen, s.request(prompt, tok), pieces)
+		stopKeepAlive()
 		if err != nil {
 			return sse.fail(s, err)
 		}
@@ -175,7 +174,7 @@ func (s *Server) messageHandler(c echo.Context) error {
 			return sse.fail(s, err)
 		}
 	}
-	ended, err := s.appendTurn(record, sess, x)
+	ended, err := s.appendTurn(record, sess, lock, x)
 	if err != nil {
 		return sse.fail(s, err)
 	}

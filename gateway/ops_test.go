@@ -78,6 +78,7 @@ func TestAPIKeys(t *testing.T) {
 	if err := RevokeKey(ctx, e.redis.Client, e.redis.Prefix, keys[1].ID); err != nil {
 		t.Fatalf("RevokeKey by id: %v", err)
 	}
+	e.clock.Advance(e.srv.cfg.KeyCacheTTL) // a revoked key works until its cache entry expires
 	assertError(t, e.do("GET", "/admin/v1/status", k2, nil), http.StatusUnauthorized, "unauthorized")
 	if err := RevokeKey(ctx, e.redis.Client, e.redis.Prefix, e.key); err != nil {
 		t.Fatalf("RevokeKey by key: %v", err)

@@ -55,8 +55,17 @@ type bucket struct {
 // take takes a token from each bucket, all or none. It returns a retryError
 // wrapping ErrRateLimited when a bucket is empty.
 func (s *Server) take(ctx context.Context, buckets ...bucket) error {
-	var keys []string
-	args := []any{s.now().UnixMilli(), 0}
+	keys, args := s.takeArgs(buckets)
+	if len(keys) == 0 {
+		return nil
+	}
+	return takeResult(takeScript.Run(ctx, s.rdb, keys, args...))
+}
+
+// takeArgs builds takeScript's keys and arguments; no keys when every
+// bucket is unlimited.
+func (s *Server) takeArgs(buckets []bucket) (keys []string, args []any) {
+	args = []any{s.now().UnixMilli(), 0}
 	var longest time.Duration
 	for _, b := range buckets {
 		if b.rate <= 0 {
@@ -68,11 +77,13 @@ func (s *Server) take(ctx context.Context, buckets ...bucket) error {
 			longest = d
 		}
 	}
-	if len(keys) == 0 {
-		return nil
-	}
 	args[1] = (longest + time.Minute).Milliseconds()
-	wait, err := takeScript.Run(ctx, s.rdb, keys, args...).Int64()
+	return keys, args
+}
+
+// takeResult turns takeScript's reply into take's error.
+func takeResult(cmd *redis.Cmd) error {
+	wait, err := cmd.Int64()
 	if err != nil {
 		return fmt.Errorf("rate limit: %w", err)
 	}
@@ -82,12 +93,51 @@ func (s *Server) take(ctx context.Context, buckets ...bucket) error {
 	return nil
 }
 
+// buckets are the token buckets of a request: the client's and, when
+// playerID is set, that player's. Their keys share the hash tag {clientID},
+// so takeScript touches one Redis Cluster slot.
+func (s *Server) buckets(clientID, playerID string) []bucket {
+	key := s.cfg.KeyPrefix + "ratelimit:{" + clientID + "}"
+	bs := []bucket{{key: key, rate: s.cfg.ClientRate, burst: s.cfg.ClientBurst}}
+	if playerID != "" {
+		bs = append(bs, bucket{key: key + ":" + playerID, rate: s.cfg.PlayerRate, burst: s.cfg.PlayerBurst})
+	}
+	return bs
+}
+
 // limit takes a request's tokens from the client's bucket and, when
 // playerID is set, from that player's bucket.
 func (s *Server) limit(ctx context.Context, clientID, playerID string) error {
-	bs := []bucket{{key: s.cfg.KeyPrefix + "ratelimit:" + clientID, rate: s.cfg.ClientRate, burst: s.cfg.ClientBurst}}
-	if playerID != "" {
-		bs = append(bs, bucket{key: s.cfg.KeyPrefix + "ratelimit:" + clientID + ":" + playerID, rate: s.cfg.PlayerRate, burst: s.cfg.PlayerBurst})
+	return s.take(ctx, s.buckets(clientID, playerID)...)
+}
+
+// limitTurn takes a message's tokens and, when the message holds the turn
+// lock, marks the session active (so the sweeper leaves it alone while its
+// reply is generated), in one pipelined round trip. ZADD XX leaves a session
+// the sweeper has just ended out of the set; appendTurn then finds it ended.
+func (s *Server) limitTurn(ctx context.Context, sess *session, locked bool) error {
+	keys, args := s.takeArgs(s.buckets(sess.ClientID, sess.PlayerID))
+	if len(keys) == 0 && !locked {
+		return nil
 	}
-	return s.take(ctx, bs...)
+	var take *redis.Cmd
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if len(keys) > 0 {
+			// EVAL, not EVALSHA: a pipeline cannot fall back on NOSCRIPT.
+			take = takeScript.Eval(ctx, p, keys, args...)
+		}
+		if locked {
+			p.ZAddXX(ctx, s.activeKey(), redis.Z{Score: float64(s.now().UnixMilli()), Member: sess.ID})
+		}
+		return nil
+	})
+	if take != nil {
+		if err := takeResult(take); err != nil {
+			return err
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("mark session %s active: %w", sess.ID, err)
+	}
+	return nil
 }

@@ -89,6 +89,7 @@ type Server struct {
 	metrics        *metrics
 	tracer         trace.Tracer
 	metricsHandler http.Handler
+	keys           *keyCache
 }
 
 // New checks cfg and builds a Server; Run serves it.
@@ -102,6 +103,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s := &Server{
 		cfg: cfg.clone(), rdb: deps.Redis, events: deps.Events, router: deps.Router,
 		log: deps.Logger, now: deps.Now, metricsHandler: deps.MetricsHandler,
+		keys: newKeyCache(cfg.KeyCacheTTL, cfg.KeyCacheSize),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)

@@ -34,17 +34,22 @@ type session struct {
 
 // Redis layout of sessions:
 //
-//	{prefix}session:{id}        hash: client, player, npc, policy_version, arm,
-//	                            experiment_id, turns, ended, history (JSON), client_meta, last_activity
-//	{prefix}session:{id}:lock   a turn in progress (SET NX with a token)
-//	{prefix}sessions:active     sorted set: session id scored by last activity (unix ms)
+//	{prefix}session:{{id}}        hash: client, player, npc, policy_version, arm,
+//	                              experiment_id, turns, ended, history (JSON), client_meta, last_activity
+//	{prefix}session:{{id}}:lock   a turn in progress (SET NX with a token)
+//	{prefix}sessions:active       sorted set: session id scored by last activity (unix ms)
+//
+// The braces around the id are a Redis Cluster hash tag: a session's hash
+// and lock share a slot, so the scripts of a turn (lockScript,
+// appendScript) touch one slot each. The active set is only ever updated by
+// single-key commands on a turn's path.
 //
 // Idle sessions are found through the sorted set, not keyspace
 // notifications: the sweeper ends every session whose score is older than
 // the idle timeout. The hash's TTL (idle timeout + ended retention) only
 // cleans up after gateways that were all down for that long.
-func (s *Server) sessionKey(id string) string { return s.cfg.KeyPrefix + "session:" + id }
-func (s *Server) lockKey(id string) string    { return s.cfg.KeyPrefix + "session:" + id + ":lock" }
+func (s *Server) sessionKey(id string) string { return s.cfg.KeyPrefix + "session:{" + id + "}" }
+func (s *Server) lockKey(id string) string    { return s.sessionKey(id) + ":lock" }
 func (s *Server) activeKey() string           { return s.cfg.KeyPrefix + "sessions:active" }
 
 func (s *Server) liveTTL() time.Duration { return s.cfg.IdleTimeout + s.cfg.EndedRetention }
@@ -110,78 +115,122 @@ func decodeSession(id string, m map[string]string) (*session, error) {
 	return sess, nil
 }
 
-// lockTurn takes the session's turn lock, so that one message at a time is
-// answered; it returns the function that releases it.
-func (s *Server) lockTurn(ctx context.Context, id string) (func(), error) {
+// turnLock is a session's turn lock held by one message.
+type turnLock struct {
+	s     *Server
+	id    string
+	token string
+	held  bool // false once appendTurn or unlock released it
+}
+
+// lockScript loads a session and takes its turn lock, so that one message at
+// a time is answered, in one round trip. KEYS: session, lock. ARGV: client
+// id, lock token, lock TTL ms, now ms, session TTL ms. It returns {status}
+// or {status, session hash}: "missing", "forbidden" (another client's),
+// "ended", "busy" (another turn holds the lock) or "locked", in which case
+// the session's last activity and TTL are renewed.
+var lockScript = redis.NewScript(`
+local h = redis.call('HGETALL', KEYS[1])
+if #h == 0 then return {'missing'} end
+local f = {}
+for i = 1, #h, 2 do f[h[i]] = h[i + 1] end
+if f['client'] ~= ARGV[1] then return {'forbidden'} end
+if f['ended'] ~= '' then return {'ended', h} end
+if not redis.call('SET', KEYS[2], ARGV[2], 'NX', 'PX', ARGV[3]) then return {'busy', h} end
+redis.call('HSET', KEYS[1], 'last_activity', ARGV[4])
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+return {'locked', h}`)
+
+// lockSession loads session id for clientID and takes its turn lock. It
+// returns ErrNotFound, ErrForbidden or ErrSessionEnded as loading would;
+// when another turn holds the lock it returns the session and a nil lock,
+// so that the caller can still rank a rate limit before ErrTurnInProgress.
+func (s *Server) lockSession(ctx context.Context, id, clientID string) (*session, *turnLock, error) {
+	if _, err := uuid.Parse(id); err != nil {
+		return nil, nil, fmt.Errorf("session %q: %w", id, ErrNotFound)
+	}
 	b := make([]byte, 12)
 	_, _ = rand.Read(b)
 	token := hex.EncodeToString(b)
-	ok, err := s.rdb.SetNX(ctx, s.lockKey(id), token, s.cfg.RequestTimeout+10*time.Second).Result()
+	res, err := lockScript.Run(ctx, s.rdb, []string{s.sessionKey(id), s.lockKey(id)}, clientID, token,
+		(s.cfg.RequestTimeout + 10*time.Second).Milliseconds(), s.now().UnixMilli(), s.liveTTL().Milliseconds()).Slice()
 	if err != nil {
-		return nil, fmt.Errorf("lock session %s: %w", id, err)
+		return nil, nil, fmt.Errorf("lock session %s: %w", id, err)
 	}
-	if !ok {
-		return nil, ErrTurnInProgress
+	status, _ := res[0].(string)
+	switch status {
+	case "missing":
+		return nil, nil, fmt.Errorf("session %s: %w", id, ErrNotFound)
+	case "forbidden":
+		return nil, nil, fmt.Errorf("%w: session %s belongs to another client", ErrForbidden, id)
 	}
-	return func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if err := unlockScript.Run(ctx, s.rdb, []string{s.lockKey(id)}, token).Err(); err != nil {
-			s.log.Warn("unlock session", "session_id", id, "err", err)
-		}
-	}, nil
+	flat, _ := res[1].([]any)
+	sess, err := decodeSession(id, flatHash(flat))
+	if err != nil {
+		return nil, nil, err
+	}
+	switch status {
+	case "ended":
+		return nil, nil, fmt.Errorf("session %s ended (%s): %w", id, sess.Ended, ErrSessionEnded)
+	case "busy":
+		return sess, nil, nil
+	}
+	return sess, &turnLock{s: s, id: id, token: token, held: true}, nil
+}
+
+// unlock releases the lock unless appendTurn already did.
+func (l *turnLock) unlock(ctx context.Context) {
+	if l == nil || !l.held {
+		return
+	}
+	l.held = false
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := unlockScript.Run(ctx, l.s.rdb, []string{l.s.lockKey(l.id)}, l.token).Err(); err != nil {
+		l.s.log.Warn("unlock session", "session_id", l.id, "err", err)
+	}
 }
 
 var unlockScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0`)
 
-// touchScript records activity on a live session: KEYS session, active set;
-// ARGV id, now ms, ttl ms. It returns 0 when the session is gone or ended.
-var touchScript = redis.NewScript(`
-if redis.call('HGET', KEYS[1], 'ended') ~= '' then return 0 end
-if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then return 0 end
-redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
-redis.call('HSET', KEYS[1], 'last_activity', ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-return 1`)
-
-// touch records that the player is active, so the sweeper leaves the
-// session alone while its reply is generated.
-func (s *Server) touch(ctx context.Context, id string) error {
-	now := s.now().UnixMilli()
-	n, err := touchScript.Run(ctx, s.rdb, []string{s.sessionKey(id), s.activeKey()}, id, now, s.liveTTL().Milliseconds()).Int()
-	if err != nil {
-		return fmt.Errorf("touch session %s: %w", id, err)
+// flatHash turns the flat field, value list of HGETALL in a script's reply into a map.
+func flatHash(flat []any) map[string]string {
+	m := make(map[string]string, len(flat)/2)
+	for i := 0; i+1 < len(flat); i += 2 {
+		k, _ := flat[i].(string)
+		v, _ := flat[i+1].(string)
+		m[k] = v
 	}
-	if n == 0 {
-		return fmt.Errorf("session %s: %w", id, ErrSessionEnded)
-	}
-	return nil
+	return m
 }
 
-// appendScript records one exchange. KEYS: session, active set. ARGV: id,
-// expected turns before, new history JSON, now ms, ttl ms, max turns,
-// ended retention ms. Returns -1 if the session ended meanwhile, -2 if
-// another turn got in first, 1 if this turn ended it at max turns, else 0.
+// appendScript records one exchange and releases the turn lock. KEYS:
+// session, lock. ARGV: lock token, expected turns before, new history JSON,
+// now ms, ttl ms, max turns, ended retention ms. Returns -1 if the session
+// ended meanwhile, -2 if another turn got in first, 1 if this turn ended it
+// at max turns, else 0. Ending here claims the end as endScript does: each
+// refuses a session whose hash says it ended.
 var appendScript = redis.NewScript(`
+if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
 if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HGET', KEYS[1], 'ended') ~= '' then return -1 end
 local turns = tonumber(redis.call('HGET', KEYS[1], 'turns'))
 if turns ~= tonumber(ARGV[2]) then return -2 end
 turns = turns + 1
 redis.call('HSET', KEYS[1], 'turns', turns, 'history', ARGV[3], 'last_activity', ARGV[4])
-if turns >= tonumber(ARGV[6]) and redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
+if turns >= tonumber(ARGV[6]) then
   redis.call('HSET', KEYS[1], 'ended', 'max_turns')
   redis.call('PEXPIRE', KEYS[1], ARGV[7])
   return 1
 end
-redis.call('ZADD', KEYS[2], ARGV[4], ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
 return 0`)
 
 // appendTurn adds x to the session's history (keeping the latest
-// MaxHistory) and reports whether the session thereby reached MaxTurns.
-func (s *Server) appendTurn(ctx context.Context, sess *session, x schema.Exchange) (ended bool, err error) {
+// MaxHistory), releases lock, and reports whether the session thereby
+// reached MaxTurns (it then leaves the active set too).
+func (s *Server) appendTurn(ctx context.Context, sess *session, lock *turnLock, x schema.Exchange) (ended bool, err error) {
 	hist := append(sess.History, x)
 	if over := len(hist) - s.cfg.MaxHistory; over > 0 {
 		hist = hist[over:]
@@ -190,12 +239,13 @@ func (s *Server) appendTurn(ctx context.Context, sess *session, x schema.Exchang
 	if err != nil {
 		return false, fmt.Errorf("append turn to %s: %w", sess.ID, err)
 	}
-	r, err := appendScript.Run(ctx, s.rdb, []string{s.sessionKey(sess.ID), s.activeKey()},
-		sess.ID, sess.Turns, hj, s.now().UnixMilli(), s.liveTTL().Milliseconds(), s.cfg.MaxTurns,
+	r, err := appendScript.Run(ctx, s.rdb, []string{s.sessionKey(sess.ID), s.lockKey(sess.ID)},
+		lock.token, sess.Turns, hj, s.now().UnixMilli(), s.liveTTL().Milliseconds(), s.cfg.MaxTurns,
 		s.cfg.EndedRetention.Milliseconds()).Int()
 	if err != nil {
 		return false, fmt.Errorf("append turn to %s: %w", sess.ID, err)
 	}
+	lock.held = false
 	switch r {
 	case -1:
 		return false, fmt.Errorf("session %s: %w", sess.ID, ErrSessionEnded)
@@ -205,13 +255,18 @@ func (s *Server) appendTurn(ctx context.Context, sess *session, x schema.Exchang
 	sess.History, sess.Turns = hist, sess.Turns+1
 	if r == 1 {
 		sess.Ended = schema.EndMaxTurns
+		if err := s.rdb.ZRem(ctx, s.activeKey(), sess.ID).Err(); err != nil {
+			s.log.Warn("remove a session ended at max turns from the active set; the sweeper will", "session_id", sess.ID, "err", err)
+		}
 	}
 	return r == 1, nil
 }
 
 // endScript claims the end of a session: the caller whose ZREM removes the
 // session from the active set is the one that ends it and emits
-// session_ended, so two gateways never both do. KEYS: active set, session.
+// session_ended, so two gateways never both do; a session whose hash
+// already says it ended (appendScript at max turns) only leaves the set.
+// KEYS: active set, session.
 // ARGV: id, latest activity (ms) that still counts as idle (or "+inf"),
 // reason, ended retention ms. Returns the session hash, or nil when another
 // caller claimed it or the player was active after the cutoff.
@@ -221,6 +276,8 @@ if not score then return nil end
 if ARGV[2] ~= '+inf' and tonumber(score) > tonumber(ARGV[2]) then return nil end
 redis.call('ZREM', KEYS[1], ARGV[1])
 if redis.call('EXISTS', KEYS[2]) == 0 then return {} end
+local ended = redis.call('HGET', KEYS[2], 'ended')
+if ended and ended ~= '' then return nil end
 redis.call('HSET', KEYS[2], 'ended', ARGV[3])
 redis.call('PEXPIRE', KEYS[2], ARGV[4])
 return redis.call('HGETALL', KEYS[2])`)
@@ -242,13 +299,7 @@ func (s *Server) endSession(ctx context.Context, id string, reason schema.EndRea
 		s.log.Warn("ended a session whose state had expired; no session_ended event", "session_id", id)
 		return nil, nil
 	}
-	m := make(map[string]string, len(flat)/2)
-	for i := 0; i+1 < len(flat); i += 2 {
-		k, _ := flat[i].(string)
-		v, _ := flat[i+1].(string)
-		m[k] = v
-	}
-	return decodeSession(id, m)
+	return decodeSession(id, flatHash(flat))
 }
 
 // Sweep ends every session idle for longer than the idle timeout, emitting
