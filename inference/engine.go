@@ -53,6 +53,8 @@ type EngineConfig struct {
 	Decoder string `json:"decoder,omitempty"`
 	// Meter receives the engine's metrics; nil disables them.
 	Meter metric.Meter `json:"-"`
+	// ModelVersion, when set, labels the engine's metrics (model_version).
+	ModelVersion string `json:"-"`
 }
 
 // DefaultEngineConfig suits a 2-core server with the default model.
@@ -156,16 +158,16 @@ func NewEngine(m *Model, tok *Tokenizer, cfg EngineConfig, logger *slog.Logger) 
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	met, err := newEngineMetrics(cfg.Meter)
-	if err != nil {
-		return nil, fmt.Errorf("new engine: metrics: %w", err)
-	}
 	if cfg.PrefillBatch == 0 {
 		cfg.PrefillBatch = 8
 	}
 	maxSeq := m.cfg.MaxSeq
 	if cfg.MaxSeq > 0 {
 		maxSeq = min(maxSeq, cfg.MaxSeq)
+	}
+	met, err := newEngineMetrics(cfg.Meter, cfg.ModelVersion, cfg.MaxBatch*maxSeq)
+	if err != nil {
+		return nil, fmt.Errorf("new engine: metrics: %w", err)
 	}
 	e := &Engine{
 		m: m, tok: tok, cfg: cfg, maxSeq: maxSeq, log: logger, met: met,
@@ -349,7 +351,7 @@ func (e *Engine) Run(ctx context.Context) error {
 			return nil
 		default:
 		}
-		active := 0
+		active, kvTokens := 0, 0
 		for i, s := range slots {
 			if s == nil {
 				continue
@@ -360,7 +362,9 @@ func (e *Engine) Run(ctx context.Context) error {
 				continue
 			}
 			active++
+			kvTokens += s.pos
 		}
+		e.met.load(active, kvTokens)
 		var pending []*job
 		if active == 0 {
 			select {
@@ -444,7 +448,7 @@ func (e *Engine) prefill(slots []*slot, pending []*job) {
 				slots[rows[i]] = nil
 				continue
 			}
-			e.met.promptTokens.Add(context.Background(), int64(len(s.job.req.Prompt)))
+			e.met.prefilled(len(s.job.req.Prompt))
 			if e.accept(s, s.samp.sample(logits[i*v:(i+1)*v])) {
 				slots[rows[i]] = nil
 			}
@@ -547,7 +551,7 @@ func bucketPow2(n, floor, ceil int) int {
 func (e *Engine) accept(s *slot, id int) bool {
 	if len(s.out) == 0 {
 		s.ttft = time.Since(s.job.enqueued)
-		e.met.ttft.Record(context.Background(), s.ttft.Seconds())
+		e.met.firstToken(s.ttft)
 	}
 	if slices.Contains(s.job.req.Stop, id) {
 		e.finish(s, FinishStop, nil)
@@ -555,7 +559,7 @@ func (e *Engine) accept(s *slot, id int) bool {
 	}
 	s.out = append(s.out, id)
 	s.last = id
-	e.met.tokens.Add(context.Background(), 1)
+	e.met.generated(1)
 	s.bytes = append(s.bytes, e.tok.TokenBytes(id)...)
 	cut := completeUTF8(s.bytes, s.emitted)
 	s.job.stream.tokens <- Token{ID: id, Text: string(s.bytes[s.emitted:cut])}

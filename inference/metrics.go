@@ -11,10 +11,16 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 )
 
-// engineMetrics are the Engine's OpenTelemetry instruments. Labels carry only
-// the finish reason: never prompt or player text.
+// engineMetrics are the Engine's OpenTelemetry instruments, the series an
+// operator of vLLM watches. Labels carry only the model version and the
+// finish reason: never prompt or player text.
 type engineMetrics struct {
 	queueDepth   atomic.Int64
+	running      atomic.Int64
+	kvTokens     atomic.Int64
+	kvCapacity   int64
+	version      []attribute.KeyValue
+	labels       metric.MeasurementOption
 	batchSize    metric.Int64Histogram
 	tokens       metric.Int64Counter
 	promptTokens metric.Int64Counter
@@ -24,11 +30,17 @@ type engineMetrics struct {
 	reg          metric.Registration
 }
 
-func newEngineMetrics(meter metric.Meter) (*engineMetrics, error) {
+// newEngineMetrics labels every series with version when it is set;
+// kvCapacity is the number of token positions of the KV cache.
+func newEngineMetrics(meter metric.Meter, version string, kvCapacity int) (*engineMetrics, error) {
 	if meter == nil {
 		meter = noop.NewMeterProvider().Meter("")
 	}
-	em := &engineMetrics{}
+	em := &engineMetrics{kvCapacity: int64(kvCapacity)}
+	if version != "" {
+		em.version = []attribute.KeyValue{attribute.String("model_version", version)}
+	}
+	em.labels = metric.WithAttributes(em.version...)
 	var errs []error
 	add := func(err error) { errs = append(errs, err) }
 	var err error
@@ -57,13 +69,23 @@ func newEngineMetrics(meter metric.Meter) (*engineMetrics, error) {
 	qd, err := meter.Int64ObservableGauge("parley.inference.queue_depth",
 		metric.WithDescription("Requests waiting for a batch slot."))
 	add(err)
+	running, err := meter.Int64ObservableGauge("parley.inference.requests_running",
+		metric.WithDescription("Sequences in the running batch."))
+	add(err)
+	kv, err := meter.Float64ObservableGauge("parley.inference.kv_cache_usage",
+		metric.WithDescription("Fraction of the KV cache's token positions held by running sequences (0-1)."))
+	add(err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	em.reg, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		o.ObserveInt64(qd, em.queueDepth.Load())
+		o.ObserveInt64(qd, em.queueDepth.Load(), em.labels)
+		o.ObserveInt64(running, em.running.Load(), em.labels)
+		if em.kvCapacity > 0 {
+			o.ObserveFloat64(kv, float64(em.kvTokens.Load())/float64(em.kvCapacity), em.labels)
+		}
 		return nil
-	}, qd)
+	}, qd, running, kv)
 	if err != nil {
 		return nil, err
 	}
@@ -71,13 +93,33 @@ func newEngineMetrics(meter metric.Meter) (*engineMetrics, error) {
 }
 
 func (em *engineMetrics) finished(reason string) {
-	em.requests.Add(context.Background(), 1, metric.WithAttributes(attribute.String("finish_reason", reason)))
+	attrs := append([]attribute.KeyValue{attribute.String("finish_reason", reason)}, em.version...)
+	em.requests.Add(context.Background(), 1, metric.WithAttributes(attrs...))
 }
 
 func (em *engineMetrics) step(batch int, d time.Duration) {
 	ctx := context.Background()
-	em.batchSize.Record(ctx, int64(batch))
-	em.tokenLatency.Record(ctx, d.Seconds())
+	em.batchSize.Record(ctx, int64(batch), em.labels)
+	em.tokenLatency.Record(ctx, d.Seconds(), em.labels)
+}
+
+// load records the running batch: its sequences and the cache positions
+// they hold.
+func (em *engineMetrics) load(running, kvTokens int) {
+	em.running.Store(int64(running))
+	em.kvTokens.Store(int64(kvTokens))
+}
+
+func (em *engineMetrics) firstToken(d time.Duration) {
+	em.ttft.Record(context.Background(), d.Seconds(), em.labels)
+}
+
+func (em *engineMetrics) generated(tokens int) {
+	em.tokens.Add(context.Background(), int64(tokens), em.labels)
+}
+
+func (em *engineMetrics) prefilled(tokens int) {
+	em.promptTokens.Add(context.Background(), int64(tokens), em.labels)
 }
 
 func (em *engineMetrics) close() {

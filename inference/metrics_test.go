@@ -15,6 +15,7 @@ func TestEngineMetrics(t *testing.T) {
 	m, tok := tinyChatModel(t, 64)
 	cfg := DefaultEngineConfig()
 	cfg.Meter = mp.Meter("inference-test")
+	cfg.ModelVersion = "v7"
 	e := startEngine(t, m, tok, cfg)
 	total := 0
 	for _, n := range []int{3, 5} {
@@ -83,5 +84,16 @@ func TestEngineMetrics(t *testing.T) {
 	}
 	if _, ok := got["parley.inference.queue_depth"].(metricdata.Gauge[int64]); !ok {
 		t.Errorf("queue_depth: %T; want an int64 gauge", got["parley.inference.queue_depth"])
+	}
+	if _, ok := got["parley.inference.requests_running"].(metricdata.Gauge[int64]); !ok {
+		t.Errorf("requests_running: %T; want an int64 gauge", got["parley.inference.requests_running"])
+	}
+	if g, ok := got["parley.inference.kv_cache_usage"].(metricdata.Gauge[float64]); !ok || g.DataPoints[0].Value < 0 || g.DataPoints[0].Value > 1 {
+		t.Errorf("kv_cache_usage: %+v; want a float64 gauge in [0, 1]", got["parley.inference.kv_cache_usage"])
+	}
+	for _, dp := range got["parley.inference.tokens"].(metricdata.Sum[int64]).DataPoints {
+		if v, _ := dp.Attributes.Value("model_version"); v.AsString() != "v7" {
+			t.Errorf("tokens labelled %v; want model_version v7", dp.Attributes.ToSlice())
+		}
 	}
 }

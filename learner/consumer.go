@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
@@ -105,10 +106,11 @@ type Consumer struct {
 	logger *slog.Logger
 	now    func() time.Time
 
-	mu           sync.Mutex // guards asm, journalCount and stats against Stats
+	mu           sync.Mutex // guards asm, journalCount, stats and lag against Stats
 	asm          *assembler
 	journalCount int // events in the journal file
 	stats        ConsumerStats
+	lag          map[int]int64 // by partition, as of its last fetched record
 
 	// beforeCommit, when set (tests), runs after a batch is durable and
 	// before its offsets are committed; an error stops Run there.
@@ -143,6 +145,14 @@ func (c *Consumer) Stats() ConsumerStats {
 		s.Applied, s.Duplicate, s.Late, s.Conflict = c.asm.stats.Applied, c.asm.stats.Duplicate, c.asm.stats.Late, c.asm.stats.Conflict
 	}
 	return s
+}
+
+// PartitionLag returns, by partition, the records not yet fetched as of the
+// last record fetched from it (high watermark − offset − 1).
+func (c *Consumer) PartitionLag() map[int]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.lag)
 }
 
 // Run consumes until ctx is done (then it returns nil) or an error that it
@@ -255,6 +265,10 @@ func (c *Consumer) process(msgs []kafka.Message) error {
 	var fresh []schema.SessionEvent
 	for _, m := range msgs {
 		c.stats.Records++
+		if c.lag == nil {
+			c.lag = map[int]int64{}
+		}
+		c.lag[m.Partition] = max(m.HighWaterMark-m.Offset-1, 0)
 		var e schema.SessionEvent
 		if err := json.Unmarshal(m.Value, &e); err != nil {
 			c.stats.Invalid++
@@ -318,5 +332,8 @@ func (c *Consumer) compact(force bool) error {
 func (c *Consumer) openSessions() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.asm == nil { // before Run recovered them
+		return 0
+	}
 	return len(c.asm.open)
 }

@@ -186,6 +186,7 @@ type Cycle struct {
 
 	mu    sync.Mutex
 	state cycleState
+	last  *CycleResult // of the last cycle this process finished
 }
 
 // NewCycle prepares cycles on store that publish to the registry at
@@ -412,6 +413,7 @@ func (c *Cycle) RunOnce(ctx context.Context) (*CycleResult, error) {
 	c.mu.Lock()
 	c.state.TrainedUpTo, c.state.LastAt, c.state.LastVersion = upTo, c.now(), res.Version
 	c.state.Cycles++
+	c.last = res
 	err = c.save()
 	c.mu.Unlock()
 	msg := "at-grpo cycle published a candidate"

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/parleyhq/parley/inference/registry"
@@ -116,22 +117,32 @@ type refresher struct {
 	logger   *slog.Logger
 	now      func() time.Time
 	state    refreshState
+	last     *SFTResult // of the last refresh this process finished
+	// status is the state and last result as of the last save, for metrics.
+	status atomic.Pointer[refreshStatus]
+}
+
+// refreshStatus is what the refresh's metrics read.
+type refreshStatus struct {
+	state refreshState
+	last  *SFTResult
 }
 
 func (r *refresher) statePath() string { return filepath.Join(r.dataDir, "refresh.json") }
 
 func (r *refresher) load() error {
 	raw, err := os.ReadFile(r.statePath())
-	if errors.Is(err, os.ErrNotExist) {
+	switch {
+	case errors.Is(err, os.ErrNotExist):
 		r.state.LastAt = r.now()
-		return nil
-	}
-	if err != nil {
+	case err != nil:
 		return fmt.Errorf("read refresh state: %w", err)
+	default:
+		if err := json.Unmarshal(raw, &r.state); err != nil {
+			return fmt.Errorf("read refresh state %q: %w", r.statePath(), err)
+		}
 	}
-	if err := json.Unmarshal(raw, &r.state); err != nil {
-		return fmt.Errorf("read refresh state %q: %w", r.statePath(), err)
-	}
+	r.status.Store(&refreshStatus{state: r.state})
 	return nil
 }
 
@@ -143,6 +154,7 @@ func (r *refresher) save() error {
 	if err := atomicfile.Write(r.statePath(), raw, 0o644); err != nil {
 		return fmt.Errorf("write refresh state: %w", err)
 	}
+	r.status.Store(&refreshStatus{state: r.state, last: r.last})
 	return nil
 }
 
@@ -220,6 +232,7 @@ func (r *refresher) refresh(ctx context.Context) (*SFTResult, error) {
 	}
 	r.state.TrainedUpTo, r.state.InProgressUpTo, r.state.LastAt, r.state.LastReason = upTo, 0, r.now(), res.GateReason
 	r.state.Refreshes++
+	r.last = res
 	if res.Published {
 		r.state.Published++
 		r.state.LastVersion = res.Version

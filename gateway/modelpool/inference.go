@@ -14,6 +14,7 @@ import (
 // batching loop; Warmup decodes warmupTokens greedily after a one-line chat
 // prompt, so that the first player does not pay for graph compilation;
 // Close stops the engine.
+// Each engine labels its metrics with the version it serves.
 func InferenceFactory(backend inference.BackendConfig, engine inference.EngineConfig, warmupTokens int, log *slog.Logger) Factory[*inference.Engine] {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -24,7 +25,9 @@ func InferenceFactory(backend inference.BackendConfig, engine inference.EngineCo
 			if err != nil {
 				return nil, err
 			}
-			e, err := inference.NewEngine(m, tok, engine, log.With("version", version))
+			ec := engine
+			ec.ModelVersion = version
+			e, err := inference.NewEngine(m, tok, ec, log.With("version", version))
 			if err != nil {
 				return nil, fmt.Errorf("new engine for %s: %w", version, err)
 			}

@@ -121,6 +121,7 @@ func Run(ctx context.Context, cfg Config, tel *telemetry.Telemetry) error {
 	if err != nil {
 		return err
 	}
+	cfg.Engine.Meter = tel.MeterProvider.Meter("parley/inference")
 	pool, err := modelpool.New(cfg.Pool, reg,
 		modelpool.InferenceFactory(cfg.Backend, cfg.Engine, cfg.WarmupTokens, log), log)
 	if err != nil {

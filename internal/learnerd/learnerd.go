@@ -78,6 +78,12 @@ func Run(ctx context.Context, cfg Config, tel *telemetry.Telemetry) error {
 	if err != nil {
 		return err
 	}
+	meter := tel.MeterProvider.Meter("parley/learner")
+	health, err := l.RegisterMetrics(meter)
+	if err != nil {
+		return fmt.Errorf("learner metrics: %w", err)
+	}
+	defer health.Unregister() //nolint:errcheck // the provider outlives the learner
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -118,6 +124,13 @@ func Run(ctx context.Context, cfg Config, tel *telemetry.Telemetry) error {
 			wg.Wait()
 			return errors.Join(err, errs[0])
 		}
+		cycleHealth, err := cycle.RegisterMetrics(meter)
+		if err != nil {
+			cancel()
+			wg.Wait()
+			return errors.Join(fmt.Errorf("cycle metrics: %w", err), errs[0])
+		}
+		defer cycleHealth.Unregister() //nolint:errcheck // the provider outlives the cycle
 		wg.Go(func() { errs[3] = cycle.Run(ctx) })
 	}
 	if rc != nil {

@@ -1,0 +1,150 @@
+package learner
+
+import (
+	"context"
+	"errors"
+	"strconv"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// The learner's health series. Labels carry partitions, gate statistics and
+// sides, never player data.
+const (
+	metricConsumerLag     = "parley.learner.consumer.lag"
+	metricStored          = "parley.learner.stored_dialogues"
+	metricOpenSessions    = "parley.learner.open_sessions"
+	metricRefreshRuns     = "parley.learner.refresh.runs"
+	metricRefreshPub      = "parley.learner.refresh.published"
+	metricRefreshLastRun  = "parley.learner.refresh.last_run_time"
+	metricRefreshAccepted = "parley.learner.refresh.last_accepted"
+	metricRefreshGate     = "parley.learner.refresh.gate"
+	metricRefreshLoss     = "parley.learner.refresh.last_loss"
+	metricCycleRuns       = "parley.learner.cycle.runs"
+	metricCycleLastRun    = "parley.learner.cycle.last_run_time"
+	metricCycleAccepted   = "parley.learner.cycle.last_accepted"
+	metricCycleGate       = "parley.learner.cycle.gate"
+	metricCycleLoss       = "parley.learner.cycle.last_loss"
+)
+
+// RegisterMetrics reports the learner's health on meter at every
+// collection: consumer lag per partition, stored dialogues, open sessions,
+// and the user-agent refresh's runs with the fidelity gate's values (ρ and
+// termination log-loss before and after) and its last training loss.
+// Unregister the returned registration before the learner goes away.
+func (l *Learner) RegisterMetrics(meter metric.Meter) (metric.Registration, error) {
+	var errs []error
+	gauge := func(name, desc, unit string) metric.Float64ObservableGauge {
+		g, err := meter.Float64ObservableGauge(name, metric.WithDescription(desc), metric.WithUnit(unit))
+		errs = append(errs, err)
+		return g
+	}
+	counter := func(name, desc string) metric.Int64ObservableCounter {
+		c, err := meter.Int64ObservableCounter(name, metric.WithDescription(desc))
+		errs = append(errs, err)
+		return c
+	}
+	lag := gauge(metricConsumerLag, "Session events of a partition not yet fetched, as of its last fetch.", "{record}")
+	stored := gauge(metricStored, "Dialogues in the learner's session store.", "{dialogue}")
+	open := gauge(metricOpenSessions, "Sessions begun in the event log and not yet ended.", "{session}")
+	runs := counter(metricRefreshRuns, "User-agent refreshes finished (kept across restarts).")
+	pub := counter(metricRefreshPub, "User-agent refreshes whose version the fidelity gate published.")
+	lastRun := gauge(metricRefreshLastRun, "Unix time of the last refresh (or postponement).", "s")
+	accepted := gauge(metricRefreshAccepted, "1 when the fidelity gate published the last refresh this process ran, else 0.", "")
+	gate := gauge(metricRefreshGate, "The fidelity gate's inputs of the last refresh: stat rho or term_log_loss of the user agent before and after.", "")
+	loss := gauge(metricRefreshLoss, "Training loss of the last step of the last refresh.", "")
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		for p, n := range l.consumer.PartitionLag() {
+			o.ObserveFloat64(lag, float64(n), metric.WithAttributes(attribute.String("partition", strconv.Itoa(p))))
+		}
+		o.ObserveFloat64(stored, float64(l.store.Len()))
+		o.ObserveFloat64(open, float64(l.consumer.openSessions()))
+		if l.refresher == nil {
+			return nil
+		}
+		st := l.refresher.status.Load()
+		if st == nil {
+			st = &refreshStatus{}
+		}
+		o.ObserveInt64(runs, int64(st.state.Refreshes))
+		o.ObserveInt64(pub, int64(st.state.Published))
+		if !st.state.LastAt.IsZero() {
+			o.ObserveFloat64(lastRun, float64(st.state.LastAt.UnixMilli())/1000)
+		}
+		if res := st.last; res != nil {
+			o.ObserveFloat64(accepted, boolFloat(res.Published))
+			for _, v := range []struct {
+				stat, side string
+				value      float64
+			}{
+				{"rho", "before", res.Before.Rho}, {"rho", "after", res.After.Rho},
+				{"term_log_loss", "before", res.Before.TermLogLoss}, {"term_log_loss", "after", res.After.TermLogLoss},
+			} {
+				o.ObserveFloat64(gate, v.value, metric.WithAttributes(attribute.String("stat", v.stat), attribute.String("side", v.side)))
+			}
+			if n := len(res.Losses); n > 0 {
+				o.ObserveFloat64(loss, float64(res.Losses[n-1]))
+			}
+		}
+		return nil
+	}, lag, stored, open, runs, pub, lastRun, accepted, gate, loss)
+}
+
+// RegisterMetrics reports the AT-GRPO cycle's status on meter: cycles run,
+// when the last ran, whether the referee gate published its candidate, the
+// gate's inputs (Avg.L and Avg.r of candidate and parent with the user
+// agent and the ground truth) and the last training loss. Unregister the
+// returned registration before the cycle goes away.
+func (c *Cycle) RegisterMetrics(meter metric.Meter) (metric.Registration, error) {
+	runs, err1 := meter.Int64ObservableCounter(metricCycleRuns, metric.WithDescription("AT-GRPO cycles finished (kept across restarts)."))
+	lastRun, err2 := meter.Float64ObservableGauge(metricCycleLastRun, metric.WithDescription("Unix time of the last cycle (or failed attempt)."), metric.WithUnit("s"))
+	accepted, err3 := meter.Float64ObservableGauge(metricCycleAccepted, metric.WithDescription("1 when the referee gate published the last cycle's candidate, else 0."))
+	gate, err4 := meter.Float64ObservableGauge(metricCycleGate, metric.WithDescription("The referee gate's inputs of the last cycle: stat avg_l or avg_r of policy candidate or parent with env ua (user agent) or gt (ground truth)."))
+	loss, err5 := meter.Float64ObservableGauge(metricCycleLoss, metric.WithDescription("AT-GRPO loss of the last step of the last cycle."))
+	if err := errors.Join(err1, err2, err3, err4, err5); err != nil {
+		return nil, err
+	}
+	return meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		c.mu.Lock()
+		st, res := c.state, c.last
+		c.mu.Unlock()
+		o.ObserveInt64(runs, int64(st.Cycles))
+		if !st.LastAt.IsZero() {
+			o.ObserveFloat64(lastRun, float64(st.LastAt.UnixMilli())/1000)
+		}
+		if res == nil {
+			return nil
+		}
+		o.ObserveFloat64(accepted, boolFloat(res.Published))
+		for _, p := range []struct {
+			policy string
+			eval   CycleEval
+		}{{"candidate", res.Candidate}, {"parent", res.ParentEval}} {
+			for _, v := range []struct {
+				env, stat string
+				value     float64
+			}{
+				{"ua", "avg_l", p.eval.UAAvgL}, {"ua", "avg_r", p.eval.UAAvgR},
+				{"gt", "avg_l", p.eval.GTAvgL}, {"gt", "avg_r", p.eval.GTAvgR},
+			} {
+				o.ObserveFloat64(gate, v.value, metric.WithAttributes(attribute.String("policy", p.policy),
+					attribute.String("env", v.env), attribute.String("stat", v.stat)))
+			}
+		}
+		if n := len(res.Steps); n > 0 {
+			o.ObserveFloat64(loss, res.Steps[n-1].Loss)
+		}
+		return nil
+	}, runs, lastRun, accepted, gate, loss)
+}
+
+func boolFloat(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
