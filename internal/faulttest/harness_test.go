@@ -70,6 +70,7 @@ func TestHelperProcess(t *testing.T) {
 // gatewaySpec is what a gateway child needs; the rest is gatewayd's defaults.
 type gatewaySpec struct {
 	RedisAddr      string        `json:"redis_addr"`
+	RedisMaster    string        `json:"redis_master,omitempty"` // Sentinel's name of the primary; RedisAddr lists the sentinels
 	Registry       string        `json:"registry"`
 	DataDir        string        `json:"data_dir"`
 	Addr           string        `json:"addr"`
@@ -94,6 +95,7 @@ func runGatewayChild(ctx context.Context, raw string) error {
 	}
 	cfg := gatewayd.DefaultConfig()
 	cfg.RedisAddr, cfg.Registry, cfg.DataDir, cfg.Instance = s.RedisAddr, s.Registry, s.DataDir, s.Instance
+	cfg.RedisMasterName = s.RedisMaster
 	cfg.SessionLog.Brokers, cfg.SessionLog.Topic = s.Brokers, s.Topic
 	cfg.SessionLog.RetryBackoffMax = time.Second
 	if s.SpoolMaxBytes > 0 {
