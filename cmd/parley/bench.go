@@ -39,7 +39,10 @@ func newBenchGatewayCmd() *cobra.Command {
 		Long: `Drive a real gateway over loopback with 1, 16 and 64 concurrent sessions, with an instant
 stub engine (the gateway's own overhead) and with the real model (--checkpoint, or a random
 model of the default size), and with Kafka logging (an embedded broker and a spool) on and
-off. Sessions live in the Redis at --redis-addr under a random prefix, deleted afterwards.`,
+off. A bare JSON echo handler, driven by the same client in the same run, is the yardstick:
+the report's "concurrency" rows give bare, gateway and gateway-with-logging requests/s and the
+logging cost per number of sessions. Sessions live in the Redis at --redis-addr under a random
+prefix, deleted afterwards.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()

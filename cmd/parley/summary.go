@@ -56,6 +56,10 @@ func writeBenchSummary(w io.Writer, dir string) error {
 			fmt.Fprintf(tw, "gateway\t%s, logging %v, %d sessions\t%.0f req/s, p50 %.1f ms, p99 %.1f ms\n",
 				p.Engine, p.Logging, p.Concurrency, p.RPS, p.P50MS, p.P99MS)
 		}
+		for _, c := range gw.Concurrency {
+			fmt.Fprintf(tw, "gateway	%d sessions: gateway ÷ bare, logging cost	%.2f, %.1f %%\n",
+				c.Sessions, c.GatewayRPS/c.BareRPS, 100*c.LoggingCost)
+		}
 	}
 	var ro bench.RolloutReport
 	if ok, err := readReport(dir, "rollout.json", &ro); err != nil {

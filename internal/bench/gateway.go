@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -70,11 +71,27 @@ type GatewayReport struct {
 	// Logging compares Kafka logging on with off on the stub engine, so the
 	// gateway's own cost is not hidden behind the model's.
 	Logging []LoggingOverhead `json:"logging,omitempty"`
+	// Concurrency sets the gateway with the stub engine beside a bare JSON
+	// echo handler driven by the same client in the same run, per number of
+	// sessions: the gateway's cost as a share of what HTTP and JSON allow.
+	Concurrency []ConcurrencyPoint `json:"concurrency"`
+}
+
+// ConcurrencyPoint is the stub-engine gateway, with logging off and on,
+// beside the bare echo handler at one number of concurrent sessions.
+type ConcurrencyPoint struct {
+	Sessions          int     `json:"sessions"`
+	BareRPS           float64 `json:"bare_rps"`
+	GatewayRPS        float64 `json:"gateway_rps"`
+	GatewayRPSLogging float64 `json:"gateway_rps_logging,omitempty"`
+	// LoggingCost is the throughput logging takes: 1 − logging on ÷ off
+	// (0 is free; absent without logging).
+	LoggingCost float64 `json:"logging_cost,omitempty"`
 }
 
 // GatewayPoint is one measured configuration: messages over loopback.
 type GatewayPoint struct {
-	Engine      string  `json:"engine"` // "stub" or "model"
+	Engine      string  `json:"engine"` // "bare" (the echo handler), "stub" or "model"
 	Logging     bool    `json:"logging"`
 	Concurrency int     `json:"concurrency"`
 	Requests    int     `json:"requests"`
@@ -133,26 +150,47 @@ func RunGateway(ctx context.Context, cfg GatewayConfig, w io.Writer) (GatewayRep
 		gen    gateway.Generator
 		sink   gateway.EventSink
 	}
-	var runs []run
-	runs = append(runs, run{"stub", stub, discardSink{}})
+	// The bare handler and the stub gateway, logging off and on, take turns
+	// at each concurrency, so that a machine whose load drifts treats them alike.
+	stubRuns := []run{{"bare", nil, nil}, {"stub", stub, discardSink{}}}
 	if cfg.Events != nil {
-		runs = append(runs, run{"stub", stub, cfg.Events})
+		stubRuns = append(stubRuns, run{"stub", stub, cfg.Events})
+	}
+	type step struct {
+		run
+		conc int
+	}
+	var steps []step
+	for _, c := range cfg.Concurrency {
+		for _, r := range stubRuns {
+			steps = append(steps, step{r, c})
+		}
 	}
 	if cfg.Engine != nil {
-		runs = append(runs, run{"model", cfg.Engine, discardSink{}})
+		for _, c := range cfg.Concurrency {
+			steps = append(steps, step{run{"model", cfg.Engine, discardSink{}}, c})
+		}
 	}
 	var rep GatewayReport
 	fmt.Fprintf(w, "%-6s %-8s %5s %9s %7s %9s %9s %9s\n", "engine", "logging", "conc", "req/s", "errors", "p50 ms", "p95 ms", "p99 ms")
-	for _, r := range runs {
-		for _, c := range cfg.Concurrency {
-			p, err := gatewayPoint(ctx, gcfg, cfg, r.gen, r.sink, c)
-			if err != nil {
-				return rep, err
-			}
-			p.Engine, p.Logging = r.engine, r.sink != discardSink{}
-			rep.Points = append(rep.Points, p)
-			fmt.Fprintf(w, "%-6s %-8v %5d %9.1f %7d %9.2f %9.2f %9.2f\n", p.Engine, p.Logging, p.Concurrency, p.RPS, p.Errors, p.P50MS, p.P95MS, p.P99MS)
+	for _, st := range steps {
+		var p GatewayPoint
+		var err error
+		if st.engine == "bare" {
+			p, err = barePoint(ctx, cfg, st.conc)
+		} else {
+			p, err = gatewayPoint(ctx, gcfg, cfg, st.gen, st.sink, st.conc)
 		}
+		if err != nil {
+			return rep, err
+		}
+		p.Engine, p.Logging = st.engine, st.sink != nil && st.sink != discardSink{}
+		rep.Points = append(rep.Points, p)
+		fmt.Fprintf(w, "%-6s %-8v %5d %9.1f %7d %9.2f %9.2f %9.2f\n", p.Engine, p.Logging, p.Concurrency, p.RPS, p.Errors, p.P50MS, p.P95MS, p.P99MS)
+	}
+	rep.Concurrency = concurrencyPoints(rep.Points, cfg.Concurrency)
+	for _, c := range rep.Concurrency {
+		fmt.Fprintf(w, "%d sessions: gateway ÷ bare %.3f, logging cost %.1f %%\n", c.Sessions, c.GatewayRPS/c.BareRPS, 100*c.LoggingCost)
 	}
 	if cfg.Events != nil {
 		for _, c := range cfg.Concurrency {
@@ -175,6 +213,30 @@ func RunGateway(ctx context.Context, cfg GatewayConfig, w io.Writer) (GatewayRep
 		}
 	}
 	return rep, nil
+}
+
+// concurrencyPoints pairs the bare, stub and stub-with-logging points of each concurrency.
+func concurrencyPoints(points []GatewayPoint, levels []int) []ConcurrencyPoint {
+	var out []ConcurrencyPoint
+	for _, c := range levels {
+		cp := ConcurrencyPoint{Sessions: c}
+		for _, p := range points {
+			switch {
+			case p.Concurrency != c:
+			case p.Engine == "bare":
+				cp.BareRPS = p.RPS
+			case p.Engine == "stub" && p.Logging:
+				cp.GatewayRPSLogging = p.RPS
+			case p.Engine == "stub":
+				cp.GatewayRPS = p.RPS
+			}
+		}
+		if cp.GatewayRPS > 0 && cp.GatewayRPSLogging > 0 {
+			cp.LoggingCost = 1 - cp.GatewayRPSLogging/cp.GatewayRPS
+		}
+		out = append(out, cp)
+	}
+	return out
 }
 
 // ServeGateway serves a gateway with cfg and deps on a loopback port (cfg.Addr
@@ -206,6 +268,51 @@ func gatewayPoint(ctx context.Context, gcfg gateway.Config, cfg GatewayConfig, g
 		return GatewayPoint{}, fmt.Errorf("bench gateway: %w", err)
 	}
 	defer stop() //nolint:errcheck // the point is measured
+	return drive(ctx, base, key, cfg.Duration, conc)
+}
+
+// barePoint drives the bare echo handler as gatewayPoint drives a gateway.
+func barePoint(ctx context.Context, cfg GatewayConfig, conc int) (GatewayPoint, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return GatewayPoint{}, fmt.Errorf("bench gateway: bare handler: %w", err)
+	}
+	srv := &http.Server{Handler: bareHandler(), ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln) //nolint:errcheck // Close ends it
+	defer srv.Close()
+	return drive(ctx, "http://"+ln.Addr().String(), "bare", cfg.Duration, conc)
+}
+
+// bareHandler answers the two routes the bench uses as an echo: the least
+// an HTTP JSON API can do (decode the body, encode a response), nothing else.
+func bareHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/sessions", func(w http.ResponseWriter, r *http.Request) {
+		var req schema.CreateSessionRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_ = json.NewEncoder(w).Encode(schema.CreateSessionResponse{SessionID: randomHex(16), PolicyVersion: "bare"})
+	})
+	turns := sync.Map{}
+	mux.HandleFunc("POST /v1/sessions/{id}/messages", func(w http.ResponseWriter, r *http.Request) {
+		var req schema.MessageRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		n, _ := turns.LoadOrStore(r.PathValue("id"), new(atomic.Int64))
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(schema.MessageResponse{Reply: req.Text, Turn: int(n.(*atomic.Int64).Add(1))})
+	})
+	return mux
+}
+
+// drive runs conc sessions against the player API at base for duration.
+func drive(ctx context.Context, base, key string, duration time.Duration, conc int) (GatewayPoint, error) {
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conc, MaxConnsPerHost: conc}}
 	defer hc.CloseIdleConnections()
 	c := &client.Client{BaseURL: base, APIKey: key, HTTP: hc}
@@ -213,7 +320,7 @@ func gatewayPoint(ctx context.Context, gcfg gateway.Config, cfg GatewayConfig, g
 	// Sessions start messages until the duration is over; the messages in
 	// flight then finish and count, so that slow points still measure.
 	var stopLoad atomic.Bool
-	timer := time.AfterFunc(cfg.Duration, func() { stopLoad.Store(true) })
+	timer := time.AfterFunc(duration, func() { stopLoad.Store(true) })
 	defer timer.Stop()
 	var mu sync.Mutex
 	var lat []float64 // ms

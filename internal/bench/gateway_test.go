@@ -62,8 +62,16 @@ func TestRunGateway(t *testing.T) {
 		t.Fatalf("RunGateway: %v\n%s", err, out.String())
 	}
 	t.Log("\n" + out.String())
-	if len(rep.Points) != 6 || len(rep.Logging) != 2 {
-		t.Fatalf("got %d points and %d logging ratios; want 6 and 2", len(rep.Points), len(rep.Logging))
+	// Per concurrency: bare, stub, stub with logging, model.
+	if len(rep.Points) != 8 || len(rep.Logging) != 2 || len(rep.Concurrency) != 2 {
+		t.Fatalf("got %d points, %d logging ratios and %d concurrency rows; want 8, 2 and 2",
+			len(rep.Points), len(rep.Logging), len(rep.Concurrency))
+	}
+	for i, c := range rep.Concurrency {
+		if c.Sessions != cfg.Concurrency[i] || c.BareRPS <= 0 || c.GatewayRPS <= 0 || c.GatewayRPSLogging <= 0 ||
+			c.LoggingCost != 1-c.GatewayRPSLogging/c.GatewayRPS {
+			t.Errorf("concurrency row %+v: want %d sessions, every rate and the logging cost", c, cfg.Concurrency[i])
+		}
 	}
 	for _, p := range rep.Points {
 		if p.Requests == 0 || p.Errors != 0 || p.P99MS < p.P50MS {
