@@ -80,7 +80,7 @@ type nativeActs struct {
 	seqs              []seqSpan
 	blocks            []blockActs
 	xf, rstdF, hf     []float32 // the last residual and its norm
-	hsel, logits, inv []float32 // the head over the rows in sel
+	hsel, logits, inv []float32 // the head over the rows in sel; logits rows head.ldy apart
 	logp              []float32 // [len(sel)]
 	dres, dhn, dqkv   []float32
 	datt, dgu, dact   []float32
@@ -139,20 +139,21 @@ func (t *NativeTrainer) layOut() {
 		return p, g
 	}
 	t.emb, t.dEmb = take(c.VocabSize * D)
-	t.head = nativeLinear{w: t.emb, out: c.VocabSize, in: D}
+	t.head = newNativeLinear(t.emb, c.VocabSize, D, paddedStride(c.VocabSize))
 	t.blocks = make([]nativeBlock, c.Layers)
 	for i := range t.blocks {
 		b := &t.blocks[i]
 		b.attnNorm, b.dAttnNorm = take(D)
-		b.qkv.w, b.dQKV = take(3 * D * D)
-		b.qkv.out, b.qkv.in = 3*D, D
-		b.o.w, b.dO = take(D * D)
-		b.o.out, b.o.in = D, D
+		var w []float32
+		w, b.dQKV = take(3 * D * D)
+		b.qkv = newNativeLinear(w, 3*D, D, 3*D)
+		w, b.dO = take(D * D)
+		b.o = newNativeLinear(w, D, D, D)
 		b.mlpNorm, b.dMlpNorm = take(D)
-		b.gateUp.w, b.dGateUp = take(2 * F * D)
-		b.gateUp.out, b.gateUp.in = 2*F, D
-		b.down.w, b.dDown = take(D * F)
-		b.down.out, b.down.in = D, F
+		w, b.dGateUp = take(2 * F * D)
+		b.gateUp = newNativeLinear(w, 2*F, D, 2*F)
+		w, b.dDown = take(D * F)
+		b.down = newNativeLinear(w, D, F, D)
 	}
 	t.norm, t.dNorm = take(D)
 }
@@ -345,9 +346,9 @@ func (t *NativeTrainer) forward(sel []int) {
 		copy(hsel[k*D:(k+1)*D], a.hf[j*D:(j+1)*D])
 		a.tgtSel = append(a.tgtSel, a.tgts[j])
 	}
-	logits := grow(&a.logits, s*V)
+	logits := grow(&a.logits, s*t.head.ldy)
 	linearForward(p, logits, hsel, &t.head, s, false)
-	logSoftmaxForward(p, grow(&a.inv, s), grow(&a.logp, s), logits, a.tgtSel, s, V)
+	logSoftmaxForward(p, grow(&a.inv, s), grow(&a.logp, s), logits, a.tgtSel, s, V, t.head.ldy)
 }
 
 // backward computes into grads the gradient of −Σ_k w[k]·logp[k] over the
@@ -356,7 +357,7 @@ func (t *NativeTrainer) backward(w []float32) {
 	c, a, p := t.mc, &t.a, t.pool
 	n, D, F, V, s := a.n, c.Dim, c.FFNDim, c.VocabSize, len(a.sel)
 	clear(t.grads)
-	logSoftmaxBackward(p, a.logits, a.inv, w, a.tgtSel, s, V)
+	logSoftmaxBackward(p, a.logits, a.inv, w, a.tgtSel, s, V, t.head.ldy)
 	dhsel := grow(&a.dhsel, s*D)
 	clear(dhsel)
 	linearBackward(p, dhsel, t.dEmb, a.logits, a.hsel, &t.head, s)

@@ -6,10 +6,10 @@ import "golang.org/x/sys/cpu"
 
 func init() {
 	if hasAVX2FMA {
-		trainKernels = append([]microKernel{{rows: 6, cols: 16, run: gemm6x16Cols, runRows: gemm6x16Rows}}, trainKernels...)
+		trainKernels = append([]microKernel{{name: "avx2", rows: 6, cols: 16, run: gemm6x16Cols, runRows: gemm6x16Rows}}, trainKernels...)
 	}
 	if cpu.X86.HasAVX512F {
-		trainKernels = append([]microKernel{{rows: 12, cols: 32, run: gemm12x32Cols, runRows: gemm12x32Rows}}, trainKernels...)
+		trainKernels = append([]microKernel{{name: "avx512", rows: 12, cols: 32, run: gemm12x32Cols, runRows: gemm12x32Rows}}, trainKernels...)
 	}
 	trainKernel = trainKernels[0]
 }

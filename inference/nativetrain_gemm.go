@@ -22,6 +22,7 @@ import "sync"
 // packed micro-panel, lda = rows, or a transposed operand read in place);
 // runRows reads it as rows, A[r][l] = a[r·lda + l].
 type microKernel struct {
+	name         string
 	rows, cols   int
 	run, runRows func(k int, a []float32, lda int, b, c []float32, ldc int)
 }
@@ -30,7 +31,7 @@ type microKernel struct {
 // nativetrain_amd64.go adds AVX2 and AVX-512 ones where the CPU has them.
 // trainKernel, the one the native trainer multiplies with, is the first.
 var (
-	trainKernels = []microKernel{{rows: 6, cols: 16, run: gemm6x16ColsGo, runRows: gemm6x16RowsGo}}
+	trainKernels = []microKernel{{name: "go", rows: 6, cols: 16, run: gemm6x16ColsGo, runRows: gemm6x16RowsGo}}
 	trainKernel  = trainKernels[0]
 )
 
