@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -26,8 +27,38 @@ func newBenchCmd() *cobra.Command {
 		Long: `Benchmarks print a table and write their numbers as JSON (--out). Compare as ratios
 within one run: these machines are shared and noisy.`,
 	}
-	cmd.AddCommand(newBenchInferenceCmd(), newBenchGatewayCmd(), newBenchRolloutCmd(), newBenchSoakCmd(), newBenchSummaryCmd())
+	cmd.AddCommand(newBenchInferenceCmd(), newBenchGatewayCmd(), newBenchRolloutCmd(), newBenchSoakCmd(), newBenchSummaryCmd(),
+		newBenchBrokerCmd())
 	return cmd
+}
+
+// newBenchBrokerCmd is the soak's Kafka broker in a process of its own, so
+// that the soak measures the gateway's memory alone.
+func newBenchBrokerCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:    "broker",
+		Short:  "An in-memory Kafka broker on loopback: prints its addresses, stops when stdin closes",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			k, err := broker.New(0, "")
+			if err != nil {
+				return err
+			}
+			defer k.Close()
+			fmt.Fprintln(cmd.OutOrStdout(), strings.Join(k.ListenAddrs(), ","))
+			eof := make(chan struct{})
+			go func() {
+				_, _ = io.Copy(io.Discard, cmd.InOrStdin())
+				close(eof)
+			}()
+			select {
+			case <-eof:
+			case <-cmd.Context().Done():
+			}
+			return nil
+		},
+	}
 }
 
 func newBenchGatewayCmd() *cobra.Command {

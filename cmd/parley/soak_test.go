@@ -12,6 +12,17 @@ import (
 	"github.com/parleyhq/parley/internal/testenv"
 )
 
+// TestMain runs the command itself instead of the tests when
+// PARLEY_TEST_MAIN is set: the soak starts its broker as a child process of
+// this binary ("bench broker").
+func TestMain(m *testing.M) {
+	if os.Getenv("PARLEY_TEST_MAIN") != "" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
 // TestBenchSoakWritesSeries runs a short soak against a real Redis and a
 // tiny model and checks the JSON it writes: a sample per interval, requests
 // in each, no errors, and memory read from the process.
@@ -24,6 +35,7 @@ func TestBenchSoakWritesSeries(t *testing.T) {
 	testenv.PublishTinyModel(t, reg, "npc", "v1")
 	out := filepath.Join(t.TempDir(), "soak.json")
 
+	t.Setenv("PARLEY_TEST_MAIN", "1") // for the broker, a child process of this binary
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	log, err := run(ctx, "bench", "soak", "--redis-addr", rds.Addr, "--registry", reg,
@@ -46,8 +58,8 @@ func TestBenchSoakWritesSeries(t *testing.T) {
 		t.Errorf("requests = %d, errors = %d %v; want some requests and no errors", rep.Requests, rep.Errors, rep.ErrorKinds)
 	}
 	for i, s := range rep.Samples {
-		if s.Requests == 0 || s.RSSMB <= 0 || s.HeapMB <= 0 || s.Goroutines == 0 {
-			t.Errorf("sample %d = %+v; want requests, rss, heap and goroutines all above 0", i, s)
+		if s.Requests == 0 || s.RSSMB <= 0 || s.HeapMB <= 0 || s.Goroutines == 0 || s.BrokerRSSMB <= 0 {
+			t.Errorf("sample %d = %+v; want requests, rss, heap, goroutines and the broker's rss all above 0", i, s)
 		}
 		if s.P50Ms > s.P95Ms || s.P95Ms > s.P99Ms {
 			t.Errorf("sample %d: p50 %.1f, p95 %.1f, p99 %.1f; want them in order", i, s.P50Ms, s.P95Ms, s.P99Ms)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -21,7 +22,6 @@ import (
 	"github.com/parleyhq/parley/gateway"
 	"github.com/parleyhq/parley/gateway/client"
 	"github.com/parleyhq/parley/inference/registry"
-	"github.com/parleyhq/parley/internal/broker"
 	"github.com/parleyhq/parley/internal/gatewayd"
 	"github.com/parleyhq/parley/internal/telemetry"
 	"github.com/parleyhq/parley/rollout/abtest"
@@ -37,21 +37,31 @@ type SoakConfig struct {
 	Concurrency int           `json:"concurrency"`
 	Turns       int           `json:"turns_per_session"`
 	MaxTokens   int           `json:"max_tokens"`
+	// Warmup is when RSSGrowthAfterWarmupPct starts measuring.
+	Warmup time.Duration `json:"warmup_ns"`
+	// BrokerCommand runs the Kafka broker in a process of its own (`parley
+	// bench broker`), so that the soak process holds only the gateway and
+	// its players: it prints the broker's addresses, comma-separated, as its
+	// first line and stops when its stdin closes.
+	BrokerCommand []string `json:"-"`
 }
 
 // SoakSample is one interval of a soak: its load, its latency and the
 // process's memory at its end.
 type SoakSample struct {
-	ElapsedS   float64 `json:"elapsed_s"`
-	Requests   int     `json:"requests"`
-	Errors     int     `json:"errors"`
-	ReqPerSec  float64 `json:"req_per_s"`
-	P50Ms      float64 `json:"p50_ms"`
-	P95Ms      float64 `json:"p95_ms"`
-	P99Ms      float64 `json:"p99_ms"`
-	RSSMB      float64 `json:"rss_mb"`
-	HeapMB     float64 `json:"heap_mb"`
-	Goroutines int     `json:"goroutines"`
+	ElapsedS  float64 `json:"elapsed_s"`
+	Requests  int     `json:"requests"`
+	Errors    int     `json:"errors"`
+	ReqPerSec float64 `json:"req_per_s"`
+	P50Ms     float64 `json:"p50_ms"`
+	P95Ms     float64 `json:"p95_ms"`
+	P99Ms     float64 `json:"p99_ms"`
+	// RSSMB and HeapMB are the gateway's: the soak process holds only the
+	// gateway and the players' HTTP clients.
+	RSSMB       float64 `json:"rss_mb"`
+	HeapMB      float64 `json:"heap_mb"`
+	Goroutines  int     `json:"goroutines"`
+	BrokerRSSMB float64 `json:"broker_rss_mb"`
 }
 
 // SoakReport is the JSON a soak writes.
@@ -69,11 +79,17 @@ type SoakReport struct {
 	MaxHeapMB  float64      `json:"max_heap_mb"`
 	// RSSGrowthMB is the last sample's RSS less the first's: a leak shows here.
 	RSSGrowthMB float64 `json:"rss_growth_mb"`
+	// RSSGrowthAfterWarmupPct is the last sample's RSS over that of the
+	// first sample at or after Config.Warmup, in percent (absent when the
+	// soak is not longer than its warm-up).
+	RSSGrowthAfterWarmupPct float64 `json:"rss_growth_after_warmup_pct,omitempty"`
 }
 
-// DefaultSoakConfig holds 8 players for 10 minutes, sampled every 30 s.
+// DefaultSoakConfig holds 8 players for 10 minutes, sampled every 30 s,
+// with a 2-minute warm-up.
 func DefaultSoakConfig() SoakConfig {
-	return SoakConfig{Duration: 10 * time.Minute, Interval: 30 * time.Second, Concurrency: 8, Turns: 4, MaxTokens: 16}
+	return SoakConfig{Duration: 10 * time.Minute, Interval: 30 * time.Second, Concurrency: 8, Turns: 4, MaxTokens: 16,
+		Warmup: 2 * time.Minute}
 }
 
 // Validate reports a configuration RunSoak cannot run.
@@ -81,19 +97,23 @@ func (c SoakConfig) Validate() error {
 	if c.RedisAddr == "" {
 		return errors.New("bench soak: redis-addr is required")
 	}
-	if c.Duration <= 0 || c.Interval <= 0 || c.Concurrency < 1 || c.Turns < 1 || c.MaxTokens < 1 {
-		return errors.New("bench soak: duration, interval, concurrency, turns and max-tokens must be positive")
+	if c.Duration <= 0 || c.Interval <= 0 || c.Concurrency < 1 || c.Turns < 1 || c.MaxTokens < 1 || c.Warmup < 0 {
+		return errors.New("bench soak: duration, interval, concurrency, turns and max-tokens must be positive, warm-up not negative")
+	}
+	if len(c.BrokerCommand) == 0 {
+		return errors.New("bench soak: a broker command is required")
 	}
 	return nil
 }
 
 // RunSoak starts a whole gateway process in this one (gatewayd.Run, on
-// loopback, with an embedded Kafka broker and the Redis at cfg.RedisAddr
-// under a random key prefix), serving the newest "npc" model of
+// loopback, with a Kafka broker in a child process run by
+// cfg.BrokerCommand and the Redis at cfg.RedisAddr under a random key prefix), serving the newest "npc" model of
 // cfg.Registry or a random model of the default size, and drives it with
 // cfg.Concurrency players, each playing sessions of cfg.Turns messages back
 // to back. Every cfg.Interval it prints the interval's requests, latency
-// percentiles and errors and the process's RSS, Go heap and goroutines. It
+// percentiles and errors, the gateway's RSS, Go heap and goroutines and the
+// broker's RSS. It
 // stops after cfg.Duration or when ctx is done and returns the series and
 // the overall numbers.
 func RunSoak(ctx context.Context, cfg SoakConfig, w io.Writer) (*SoakReport, error) {
@@ -123,17 +143,17 @@ func RunSoak(ctx context.Context, cfg SoakConfig, w io.Writer) (*SoakReport, err
 			return nil, err
 		}
 	}
-	kafka, err := broker.New(0, "")
+	kafka, err := startBroker(cfg.BrokerCommand)
 	if err != nil {
-		return nil, fmt.Errorf("bench soak: broker: %w", err)
+		return nil, err
 	}
-	defer kafka.Close()
+	defer kafka.stop()
 	port, err := freePort()
 	if err != nil {
 		return nil, fmt.Errorf("bench soak: %w", err)
 	}
 	gcfg.RedisAddr, gcfg.DataDir, gcfg.Instance = cfg.RedisAddr, filepath.Join(work, "gateway"), "soak"
-	gcfg.SessionLog.Brokers = kafka.ListenAddrs()
+	gcfg.SessionLog.Brokers = kafka.addrs
 	gcfg.Gateway.Addr = "127.0.0.1:" + strconv.Itoa(port)
 	gcfg.Gateway.KeyPrefix = prefix
 	gcfg.Gateway.Sampling.MaxTokens = cfg.MaxTokens
@@ -175,7 +195,7 @@ func RunSoak(ctx context.Context, cfg SoakConfig, w io.Writer) (*SoakReport, err
 		return nil, errors.Join(err, stopGateway())
 	}
 
-	rep := driveSoak(ctx, cfg, c, w)
+	rep := driveSoak(ctx, cfg, c, kafka.pid, w)
 	if err := stopGateway(); err != nil {
 		return rep, fmt.Errorf("bench soak: gateway: %w", err)
 	}
@@ -228,7 +248,7 @@ func (r *soakRecorder) take() ([]float64, int) {
 
 // driveSoak runs the players until the duration is over or ctx is done,
 // sampling every interval.
-func driveSoak(ctx context.Context, cfg SoakConfig, c *client.Client, w io.Writer) *SoakReport {
+func driveSoak(ctx context.Context, cfg SoakConfig, c *client.Client, brokerPID int, w io.Writer) *SoakReport {
 	loadCtx, cancel := context.WithTimeout(ctx, cfg.Duration)
 	defer cancel()
 	rec := &soakRecorder{kinds: map[string]bool{}}
@@ -238,8 +258,8 @@ func driveSoak(ctx context.Context, cfg SoakConfig, c *client.Client, w io.Write
 	}
 
 	rep := &SoakReport{Config: cfg}
-	fmt.Fprintf(w, "%9s %9s %7s %8s %8s %8s %8s %6s %8s %8s %6s\n",
-		"elapsed", "eta", "reqs", "req/s", "p50_ms", "p95_ms", "p99_ms", "errs", "rss_mb", "heap_mb", "gor")
+	fmt.Fprintf(w, "%9s %9s %7s %8s %8s %8s %8s %6s %8s %8s %6s %9s\n",
+		"elapsed", "eta", "reqs", "req/s", "p50_ms", "p95_ms", "p99_ms", "errs", "rss_mb", "heap_mb", "gor", "broker_mb")
 	start, last := time.Now(), time.Now()
 	var loadEnd time.Time
 	tick := time.NewTicker(cfg.Interval)
@@ -251,7 +271,7 @@ func driveSoak(ctx context.Context, cfg SoakConfig, c *client.Client, w io.Write
 			ElapsedS: now.Sub(start).Seconds(), Requests: len(lat), Errors: errs,
 			ReqPerSec: float64(len(lat)) / now.Sub(last).Seconds(),
 			P50Ms:     abtest.Percentile(lat, 50), P95Ms: abtest.Percentile(lat, 95), P99Ms: abtest.Percentile(lat, 99),
-			RSSMB: rssMB(), Goroutines: runtime.NumGoroutine(),
+			RSSMB: rssMB("self"), Goroutines: runtime.NumGoroutine(), BrokerRSSMB: rssMB(strconv.Itoa(brokerPID)),
 		}
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
@@ -259,9 +279,9 @@ func driveSoak(ctx context.Context, cfg SoakConfig, c *client.Client, w io.Write
 		last = now
 		rep.Samples = append(rep.Samples, s)
 		eta := max(cfg.Duration-now.Sub(start), 0)
-		fmt.Fprintf(w, "%9s %9s %7d %8.1f %8.1f %8.1f %8.1f %6d %8.1f %8.1f %6d\n",
+		fmt.Fprintf(w, "%9s %9s %7d %8.1f %8.1f %8.1f %8.1f %6d %8.1f %8.1f %6d %9.1f\n",
 			now.Sub(start).Round(time.Second), eta.Round(time.Second), s.Requests, s.ReqPerSec,
-			s.P50Ms, s.P95Ms, s.P99Ms, s.Errors, s.RSSMB, s.HeapMB, s.Goroutines)
+			s.P50Ms, s.P95Ms, s.P99Ms, s.Errors, s.RSSMB, s.HeapMB, s.Goroutines, s.BrokerRSSMB)
 	}
 loop:
 	for {
@@ -290,10 +310,18 @@ loop:
 		rep.MaxRSSMB, rep.MaxHeapMB = max(rep.MaxRSSMB, s.RSSMB), max(rep.MaxHeapMB, s.HeapMB)
 	}
 	if n := len(rep.Samples); n > 0 {
-		rep.RSSGrowthMB = rep.Samples[n-1].RSSMB - rep.Samples[0].RSSMB
+		last := rep.Samples[n-1]
+		rep.RSSGrowthMB = last.RSSMB - rep.Samples[0].RSSMB
+		for _, s := range rep.Samples[:n-1] {
+			if s.ElapsedS >= cfg.Warmup.Seconds() && s.RSSMB > 0 {
+				rep.RSSGrowthAfterWarmupPct = 100 * (last.RSSMB/s.RSSMB - 1)
+				break
+			}
+		}
 	}
-	fmt.Fprintf(w, "total: %d requests (%.1f/s), %d errors, p50 %.1f ms, p95 %.1f ms, p99 %.1f ms, max rss %.1f MB, rss growth %+.1f MB\n",
-		rep.Requests, rep.ReqPerSec, rep.Errors, rep.P50Ms, rep.P95Ms, rep.P99Ms, rep.MaxRSSMB, rep.RSSGrowthMB)
+	fmt.Fprintf(w, "total: %d requests (%.1f/s), %d errors, p50 %.1f ms, p95 %.1f ms, p99 %.1f ms, max rss %.1f MB, rss growth %+.1f MB (%+.1f %% after the %s warm-up)\n",
+		rep.Requests, rep.ReqPerSec, rep.Errors, rep.P50Ms, rep.P95Ms, rep.P99Ms, rep.MaxRSSMB, rep.RSSGrowthMB,
+		rep.RSSGrowthAfterWarmupPct, cfg.Warmup)
 	return rep
 }
 
@@ -335,9 +363,10 @@ func soakPlayer(ctx context.Context, c *client.Client, player string, turns int,
 	}
 }
 
-// rssMB reads this process's resident set size from /proc; 0 where there is none.
-func rssMB() float64 {
-	f, err := os.Open("/proc/self/status")
+// rssMB reads the resident set size of process pid ("self" for this one)
+// from /proc; 0 where there is none.
+func rssMB(pid string) float64 {
+	f, err := os.Open("/proc/" + pid + "/status")
 	if err != nil {
 		return 0
 	}
@@ -367,4 +396,52 @@ func publishRandomModel(ctx context.Context, root string) error {
 		return fmt.Errorf("bench soak: %w", err)
 	}
 	return nil
+}
+
+// childBroker is a Kafka broker in a child process.
+type childBroker struct {
+	addrs []string
+	pid   int
+	stop  func()
+}
+
+// startBroker runs command and reads the broker's addresses from the first
+// line it prints; stop closes its stdin and waits for it (killing it after
+// 10 s).
+func startBroker(command []string) (*childBroker, error) {
+	cmd := exec.Command(command[0], command[1:]...)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, fmt.Errorf("bench soak: broker: %w", err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("bench soak: broker: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("bench soak: start broker %q: %w", command, err)
+	}
+	exited := make(chan struct{})
+	stop := func() {
+		_ = stdin.Close()
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	go func() {
+		_, _ = io.Copy(io.Discard, stdout)
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	line = strings.TrimSpace(line)
+	if err != nil {
+		stop()
+		return nil, fmt.Errorf("bench soak: broker %q printed no address: %w", command, err)
+	}
+	return &childBroker{addrs: strings.Split(line, ","), pid: cmd.Process.Pid, stop: stop}, nil
 }
