@@ -15,6 +15,8 @@
 #   compose        `docker compose config` or Debian's `docker-compose config`
 #   compose-spec   the Compose Specification's loader and schema (compose-go, via `go run`)
 #   promtool       `promtool check config prometheus.yml`
+#   grafana        the dashboards in grafana/ (validate/grafana.py), their PromQL
+#                  parsed by `promtool check rules`
 #   otelcol        `otelcol-contrib validate` of otel-collector.yaml (when one is installed)
 #   kustomize      `kubectl kustomize deploy/k8s` renders
 #   k8s-schema     every Kubernetes object against the API schemas
@@ -39,6 +41,11 @@ while [ $# -gt 0 ]; do
     *) echo "validate.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
+
+# The steps run in deploy/: a relative --binary is relative to where we started.
+if [ -n "$BINARY" ] && [ "${BINARY#/}" = "$BINARY" ]; then
+  BINARY="$PWD/$BINARY"
+fi
 
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
@@ -126,6 +133,20 @@ if have promtool; then
   step promtool promtool check config prometheus.yml
 else
   skip promtool "not installed (apt-get install prometheus)"
+fi
+
+# ---- Grafana dashboards: structure, and their PromQL parsed by promtool
+if have python3; then
+  step grafana python3 "$VALIDATE/grafana.py" grafana/*.json --rules "$TMP/dashboard-rules.yml"
+  step_fails grafana-self-test "4 problem(s)" python3 "$VALIDATE/grafana.py" validate/testdata/bad-dashboard.json --rules "$TMP/bad-rules.yml"
+  if have promtool; then
+    step grafana-promql promtool check rules "$TMP/dashboard-rules.yml"
+    step_fails grafana-promql-self-test "unclosed left parenthesis" promtool check rules "$TMP/bad-rules.yml"
+  else
+    skip grafana-promql "promtool not installed (apt-get install prometheus)"
+  fi
+else
+  skip grafana "python3 not installed"
 fi
 
 # ---- The collector's own validation, where a collector binary is at hand

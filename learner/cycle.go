@@ -173,6 +173,17 @@ type cycleState struct {
 	Cycles      int       `json:"cycles"`
 	LastAt      time.Time `json:"last_at"`
 	LastVersion string    `json:"last_version,omitempty"`
+	// Last is what the last finished cycle measured; nil before the first.
+	Last *cycleOutcome `json:"last,omitempty"`
+}
+
+// cycleOutcome is the verdict of a cycle's referee gate, the evaluations it
+// judged and the last AT-GRPO loss.
+type cycleOutcome struct {
+	Published  bool      `json:"published"`
+	Candidate  CycleEval `json:"candidate"`
+	ParentEval CycleEval `json:"parent_eval"`
+	Loss       float64   `json:"loss"`
 }
 
 // Cycle runs periodic AT-GRPO cycles on a learner's session store.
@@ -186,7 +197,6 @@ type Cycle struct {
 
 	mu    sync.Mutex
 	state cycleState
-	last  *CycleResult // of the last cycle this process finished
 }
 
 // NewCycle prepares cycles on store that publish to the registry at
@@ -413,7 +423,10 @@ func (c *Cycle) RunOnce(ctx context.Context) (*CycleResult, error) {
 	c.mu.Lock()
 	c.state.TrainedUpTo, c.state.LastAt, c.state.LastVersion = upTo, c.now(), res.Version
 	c.state.Cycles++
-	c.last = res
+	c.state.Last = &cycleOutcome{Published: res.Published, Candidate: res.Candidate, ParentEval: res.ParentEval}
+	if n := len(res.Steps); n > 0 {
+		c.state.Last.Loss = res.Steps[n-1].Loss
+	}
 	err = c.save()
 	c.mu.Unlock()
 	msg := "at-grpo cycle published a candidate"

@@ -106,6 +106,19 @@ type refreshState struct {
 	LastAt         time.Time `json:"last_at"`
 	LastVersion    string    `json:"last_version,omitempty"`
 	LastReason     string    `json:"last_reason,omitempty"`
+	// Last is what the last finished refresh measured; nil before the first.
+	Last *refreshOutcome `json:"last,omitempty"`
+}
+
+// refreshOutcome is the verdict of a refresh's fidelity gate, the values it
+// judged and the last training loss.
+type refreshOutcome struct {
+	Published         bool    `json:"published"`
+	RhoBefore         float64 `json:"rho_before"`
+	RhoAfter          float64 `json:"rho_after"`
+	TermLogLossBefore float64 `json:"term_log_loss_before"`
+	TermLogLossAfter  float64 `json:"term_log_loss_after"`
+	Loss              float64 `json:"loss"`
 }
 
 // refresher fine-tunes the user agent on windows of the store.
@@ -117,15 +130,8 @@ type refresher struct {
 	logger   *slog.Logger
 	now      func() time.Time
 	state    refreshState
-	last     *SFTResult // of the last refresh this process finished
-	// status is the state and last result as of the last save, for metrics.
-	status atomic.Pointer[refreshStatus]
-}
-
-// refreshStatus is what the refresh's metrics read.
-type refreshStatus struct {
-	state refreshState
-	last  *SFTResult
+	// status is the state as of the last load or save, for metrics.
+	status atomic.Pointer[refreshState]
 }
 
 func (r *refresher) statePath() string { return filepath.Join(r.dataDir, "refresh.json") }
@@ -142,7 +148,8 @@ func (r *refresher) load() error {
 			return fmt.Errorf("read refresh state %q: %w", r.statePath(), err)
 		}
 	}
-	r.status.Store(&refreshStatus{state: r.state})
+	st := r.state
+	r.status.Store(&st)
 	return nil
 }
 
@@ -154,7 +161,8 @@ func (r *refresher) save() error {
 	if err := atomicfile.Write(r.statePath(), raw, 0o644); err != nil {
 		return fmt.Errorf("write refresh state: %w", err)
 	}
-	r.status.Store(&refreshStatus{state: r.state, last: r.last})
+	st := r.state
+	r.status.Store(&st)
 	return nil
 }
 
@@ -232,7 +240,11 @@ func (r *refresher) refresh(ctx context.Context) (*SFTResult, error) {
 	}
 	r.state.TrainedUpTo, r.state.InProgressUpTo, r.state.LastAt, r.state.LastReason = upTo, 0, r.now(), res.GateReason
 	r.state.Refreshes++
-	r.last = res
+	r.state.Last = &refreshOutcome{Published: res.Published, RhoBefore: res.Before.Rho, RhoAfter: res.After.Rho,
+		TermLogLossBefore: res.Before.TermLogLoss, TermLogLossAfter: res.After.TermLogLoss}
+	if n := len(res.Losses); n > 0 {
+		r.state.Last.Loss = float64(res.Losses[n-1])
+	}
 	if res.Published {
 		r.state.Published++
 		r.state.LastVersion = res.Version

@@ -68,27 +68,25 @@ func (l *Learner) RegisterMetrics(meter metric.Meter) (metric.Registration, erro
 		}
 		st := l.refresher.status.Load()
 		if st == nil {
-			st = &refreshStatus{}
+			return nil
 		}
-		o.ObserveInt64(runs, int64(st.state.Refreshes))
-		o.ObserveInt64(pub, int64(st.state.Published))
-		if !st.state.LastAt.IsZero() {
-			o.ObserveFloat64(lastRun, float64(st.state.LastAt.UnixMilli())/1000)
+		o.ObserveInt64(runs, int64(st.Refreshes))
+		o.ObserveInt64(pub, int64(st.Published))
+		if !st.LastAt.IsZero() {
+			o.ObserveFloat64(lastRun, float64(st.LastAt.UnixMilli())/1000)
 		}
-		if res := st.last; res != nil {
-			o.ObserveFloat64(accepted, boolFloat(res.Published))
+		if last := st.Last; last != nil {
+			o.ObserveFloat64(accepted, boolFloat(last.Published))
 			for _, v := range []struct {
 				stat, side string
 				value      float64
 			}{
-				{"rho", "before", res.Before.Rho}, {"rho", "after", res.After.Rho},
-				{"term_log_loss", "before", res.Before.TermLogLoss}, {"term_log_loss", "after", res.After.TermLogLoss},
+				{"rho", "before", last.RhoBefore}, {"rho", "after", last.RhoAfter},
+				{"term_log_loss", "before", last.TermLogLossBefore}, {"term_log_loss", "after", last.TermLogLossAfter},
 			} {
 				o.ObserveFloat64(gate, v.value, metric.WithAttributes(attribute.String("stat", v.stat), attribute.String("side", v.side)))
 			}
-			if n := len(res.Losses); n > 0 {
-				o.ObserveFloat64(loss, float64(res.Losses[n-1]))
-			}
+			o.ObserveFloat64(loss, last.Loss)
 		}
 		return nil
 	}, lag, stored, open, runs, pub, lastRun, accepted, gate, loss)
@@ -110,12 +108,13 @@ func (c *Cycle) RegisterMetrics(meter metric.Meter) (metric.Registration, error)
 	}
 	return meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		c.mu.Lock()
-		st, res := c.state, c.last
+		st := c.state
 		c.mu.Unlock()
 		o.ObserveInt64(runs, int64(st.Cycles))
 		if !st.LastAt.IsZero() {
 			o.ObserveFloat64(lastRun, float64(st.LastAt.UnixMilli())/1000)
 		}
+		res := st.Last
 		if res == nil {
 			return nil
 		}
@@ -135,9 +134,7 @@ func (c *Cycle) RegisterMetrics(meter metric.Meter) (metric.Registration, error)
 					attribute.String("env", v.env), attribute.String("stat", v.stat)))
 			}
 		}
-		if n := len(res.Steps); n > 0 {
-			o.ObserveFloat64(loss, res.Steps[n-1].Loss)
-		}
+		o.ObserveFloat64(loss, res.Loss)
 		return nil
 	}, runs, lastRun, accepted, gate, loss)
 }

@@ -8,8 +8,6 @@ import (
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
-
-	"github.com/parleyhq/parley/learner/rl"
 )
 
 func TestHealthMetrics(t *testing.T) {
@@ -27,10 +25,8 @@ func TestHealthMetrics(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = l.store.Close() })
 	l.consumer.lag = map[int]int64{0: 3, 1: 0}
-	l.refresher.status.Store(&refreshStatus{
-		state: refreshState{Refreshes: 2, Published: 1, LastAt: time.Unix(1_800_000_000, 0)},
-		last:  &SFTResult{Published: true, Before: Metrics{Rho: 0.2}, After: Metrics{Rho: 0.3}, Losses: []float32{2, 1.5}},
-	})
+	l.refresher.status.Store(&refreshState{Refreshes: 2, Published: 1, LastAt: time.Unix(1_800_000_000, 0),
+		Last: &refreshOutcome{Published: true, RhoBefore: 0.2, RhoAfter: 0.3, Loss: 1.5}})
 	reg, err := l.RegisterMetrics(meter)
 	if err != nil {
 		t.Fatal(err)
@@ -42,8 +38,7 @@ func TestHealthMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	cycle.state.Cycles = 4
-	cycle.last = &CycleResult{Published: false, Candidate: CycleEval{UAAvgL: 5.5}, ParentEval: CycleEval{UAAvgL: 6},
-		Steps: []rl.StepStats{{Loss: 0.7}}}
+	cycle.state.Last = &cycleOutcome{Published: false, Candidate: CycleEval{UAAvgL: 5.5}, ParentEval: CycleEval{UAAvgL: 6}, Loss: 0.7}
 	creg, err := cycle.RegisterMetrics(meter)
 	if err != nil {
 		t.Fatal(err)

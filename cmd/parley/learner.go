@@ -58,6 +58,7 @@ also follows the running canary experiment and rolls it back on a guardrail brea
 	f.IntVar(&cfg.Cycle.RL.Steps, "cycle-steps", cfg.Cycle.RL.Steps, "AT-GRPO steps per cycle")
 	redisFlags(f, &cfg.RedisAddr, &cfg.RedisMasterName, &cfg.RedisCluster, "Redis of the rollout state; set to run the A/B watchdog and start cycles from the stable version")
 	f.StringVar(&cfg.KeyPrefix, "key-prefix", cfg.KeyPrefix, "prefix of every Redis key")
+	f.StringVar(&cfg.MetricsAddr, "metrics-addr", cfg.MetricsAddr, "serve Prometheus metrics on http://ADDR/metrics (host:port; empty: none, OTLP only)")
 	f.StringVar(&cfg.Watchdog.Deployment, "deployment", cfg.Watchdog.Deployment, "deployment whose canary the watchdog follows")
 	f.BoolVar(&cfg.Watchdog.Guardrails.AutoPromote, "auto-promote", cfg.Watchdog.Guardrails.AutoPromote, "promote a canary the sequential test finds better")
 	return cmd

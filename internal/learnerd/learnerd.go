@@ -10,8 +10,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/parleyhq/parley/internal/redisconn"
 	"github.com/parleyhq/parley/internal/telemetry"
@@ -36,6 +40,9 @@ type Config struct {
 	// when Redis is given, else from the registry's newest version.
 	Cycle        learner.CycleConfig
 	CycleEnabled bool
+	// MetricsAddr, when set, serves the process's Prometheus metrics on
+	// http://MetricsAddr/metrics (the learner has no other HTTP server).
+	MetricsAddr string
 }
 
 // DefaultConfig runs the learner with its defaults and no watchdog.
@@ -61,6 +68,11 @@ func (c Config) Validate() error {
 			return err
 		}
 	}
+	if c.MetricsAddr != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
+			return fmt.Errorf("learner config: metrics addr %q is not host:port: %w", c.MetricsAddr, err)
+		}
+	}
 	if c.RedisAddr != "" {
 		return errors.Join(c.redis().Validate(), c.Watchdog.Validate())
 	}
@@ -84,6 +96,13 @@ func Run(ctx context.Context, cfg Config, tel *telemetry.Telemetry) error {
 		return fmt.Errorf("learner metrics: %w", err)
 	}
 	defer health.Unregister() //nolint:errcheck // the provider outlives the learner
+	if cfg.MetricsAddr != "" {
+		stop, err := serveMetrics(cfg.MetricsAddr, tel, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -153,4 +172,26 @@ func Run(ctx context.Context, cfg Config, tel *telemetry.Telemetry) error {
 		return fmt.Errorf("learner: %w", err)
 	}
 	return nil
+}
+
+// serveMetrics serves tel's /metrics on addr until stop is called.
+func serveMetrics(addr string, tel *telemetry.Telemetry, log *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("learner metrics: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", tel.MetricsHandler)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server stopped", "err", err)
+		}
+	}()
+	log.Info("serving metrics", "addr", ln.Addr().String()+"/metrics")
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}, nil
 }

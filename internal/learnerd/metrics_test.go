@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -52,6 +53,13 @@ func TestMetricsAfterTraffic(t *testing.T) {
 	lc.Learner.Consumer.Brokers, lc.Learner.Consumer.Topic = k.Addrs, topic
 	lc.Learner.Consumer.GroupID = k.Prefix + "learner"
 	lc.Learner.Consumer.BatchWait = 100 * time.Millisecond
+	lc.MetricsAddr = "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
+	// A refresh and a cycle that finished before this start: their gate
+	// values and losses are reported from the state files.
+	writeFile(t, filepath.Join(lc.Learner.DataDir, "refresh.json"), `{"refreshes": 1, "published": 1, "last_at": "2026-12-01T10:00:00Z",
+		"last": {"published": true, "rho_before": 0.21, "rho_after": 0.34, "term_log_loss_before": 0.6, "term_log_loss_after": 0.55, "loss": 1.9}}`)
+	writeFile(t, filepath.Join(lc.Learner.DataDir, "cycle", "cycle.json"), `{"cycles": 1, "last_at": "2026-12-01T11:00:00Z",
+		"last": {"published": false, "candidate": {"ua_avg_l": 5.1}, "parent_eval": {"ua_avg_l": 5.4}, "loss": 0.07}}`)
 
 	done := make(chan error, 2)
 	go func() { done <- gatewayd.Run(ctx, gw, tel) }()
@@ -90,6 +98,12 @@ func TestMetricsAfterTraffic(t *testing.T) {
 		`parley_learner_refresh_last_run_time_seconds{`,
 		`parley_learner_cycle_runs_total{`,
 		`parley_learner_cycle_last_run_time_seconds{`,
+		`parley_learner_refresh_last_accepted{.*} 1$`,
+		`parley_learner_refresh_gate{.*side="after",stat="rho"} 0.34$`,
+		`parley_learner_refresh_last_loss{.*} 1.9$`,
+		`parley_learner_cycle_last_accepted{.*} 0$`,
+		`parley_learner_cycle_gate{env="ua",.*policy="parent",stat="avg_l"} 5.4$`,
+		`parley_learner_cycle_last_loss{.*} 0.07$`,
 	}
 	stored := regexp.MustCompile(`(?m)^parley_learner_stored_dialogues{[^}]*} ([0-9.e+]+)$`)
 	var body []byte
@@ -109,8 +123,23 @@ func TestMetricsAfterTraffic(t *testing.T) {
 			t.Errorf("/metrics has no series matching %s", w)
 		}
 	}
+	// Every series the shipped Grafana dashboard reads is one the code exports.
+	dashboard, err := os.ReadFile(filepath.Join("..", "..", "deploy", "grafana", "parley-fleet.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range regexp.MustCompile(`parley_[a-z0-9_]+`).FindAll(dashboard, -1) {
+		family := strings.TrimSuffix(string(name), "_bucket")
+		if !regexp.MustCompile(`(?m)^` + family + `(_bucket)?\{`).Match(body) {
+			t.Errorf("deploy/grafana/parley-fleet.json reads %s, which /metrics does not have", name)
+		}
+	}
 	if t.Failed() {
 		t.Logf("/metrics:\n%s", grepParley(body))
+	}
+	// The learner serves the same registry on its own --metrics-addr.
+	if own := scrape(ctx, t, "http://"+lc.MetricsAddr+"/metrics"); !stored.Match(own) {
+		t.Errorf("the learner's own /metrics has no parley_learner_stored_dialogues")
 	}
 	if path, err := exec.LookPath("promtool"); err == nil {
 		cmd := exec.CommandContext(ctx, path, "check", "metrics")
@@ -154,4 +183,14 @@ func grepParley(body []byte) string {
 		}
 	}
 	return b.String()
+}
+
+func writeFile(t *testing.T, path, text string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
