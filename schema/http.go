@@ -180,16 +180,25 @@ type ChatMessage struct {
 	Content string `json:"content"`
 }
 
-// ChatCompletionRequest is the body of POST /v1/chat/completions (the subset
-// of OpenAI's request that Parley honours; unknown fields are ignored).
+// ChatCompletionRequest is the body of POST /v1/chat/completions: the subset
+// of OpenAI's request that Parley honours, and the OpenAI parameters it
+// refuses (Unsupported) rather than ignore. Fields it does not know at all
+// are ignored.
 type ChatCompletionRequest struct {
+	// Model is informational: the deployment's experiment picks the version,
+	// and the response's model names it.
 	Model       string        `json:"model,omitempty"`
 	Messages    []ChatMessage `json:"messages"`
 	Temperature *float64      `json:"temperature,omitempty"`
 	TopP        *float64      `json:"top_p,omitempty"`
 	MaxTokens   *int          `json:"max_tokens,omitempty"`
-	Stream      bool          `json:"stream,omitempty"`
-	User        string        `json:"user,omitempty"`
+	// MaxCompletionTokens is OpenAI's newer name of max_tokens; it wins when both are set.
+	MaxCompletionTokens *int           `json:"max_completion_tokens,omitempty"`
+	Stream              bool           `json:"stream,omitempty"`
+	StreamOptions       *StreamOptions `json:"stream_options,omitempty"`
+	// User is the player: their rate limit, A/B arm and logged session.
+	User string `json:"user,omitempty"`
+	Unsupported
 }
 
 // Validate checks roles, texts and the sampling ranges.
@@ -218,6 +227,15 @@ func (r ChatCompletionRequest) Validate() error {
 	}
 	if n := r.MaxTokens; n != nil && *n < 1 {
 		return fmt.Errorf("max_tokens %d must be at least 1", *n)
+	}
+	if n := r.MaxCompletionTokens; n != nil && *n < 1 {
+		return fmt.Errorf("max_completion_tokens %d must be at least 1", *n)
+	}
+	if r.StreamOptions != nil && !r.Stream {
+		return errors.New("stream_options is only allowed with stream true")
+	}
+	if err := r.Unsupported.Validate(); err != nil {
+		return err
 	}
 	if r.User != "" {
 		return validID("user", r.User)
@@ -264,12 +282,18 @@ type ChatCompletionChunk struct {
 	Created int64             `json:"created"`
 	Model   string            `json:"model"`
 	Choices []ChatChunkChoice `json:"choices"`
+	// Usage is set on the last chunk only, which has no choices, when the
+	// request asked for it with stream_options.include_usage.
+	Usage *ChatUsage `json:"usage,omitempty"`
 }
 
-// Validate checks the chunk's identity.
+// Validate checks the chunk's identity: one choice, or none on the usage chunk.
 func (c ChatCompletionChunk) Validate() error {
-	if c.ID == "" || c.Object != "chat.completion.chunk" || len(c.Choices) != 1 {
-		return errors.New("chat completion chunk: id, object chat.completion.chunk and one choice are required")
+	if c.ID == "" || c.Object != "chat.completion.chunk" {
+		return errors.New("chat completion chunk: id and object chat.completion.chunk are required")
+	}
+	if ok := c.Usage == nil && len(c.Choices) == 1 || c.Usage != nil && len(c.Choices) == 0; !ok {
+		return errors.New("chat completion chunk: one choice, or none with usage, is required")
 	}
 	return nil
 }

@@ -21,6 +21,7 @@ func wireTypes() map[string]any {
 		"chat_completion_request.json":  ChatCompletionRequest{},
 		"chat_completion_response.json": ChatCompletionResponse{},
 		"chat_completion_chunk.json":    ChatCompletionChunk{},
+		"model_list.json":               ModelList{},
 		"manifest.json":                 Manifest{},
 		"rollout_state.json":            RolloutState{},
 		"canary_request.json":           CanaryRequest{},
