@@ -86,9 +86,11 @@ soak: build
 	scripts/with-redis.sh sh -c 'bin/parley bench soak --redis-addr $$REDIS_ADDR --duration 10m --out $(BENCH_DIR)/soak.json'
 	bin/parley bench summary $(BENCH_DIR)
 
-# Regenerate the JSON Schema files of the wire types after changing schema/.
+# Regenerate the JSON Schema files of the wire types and the OpenAPI description
+# (gateway/openapi.json) after changing schema/ or a route.
 schemas:
 	$(GO) test ./schema -run TestJSONSchemaFilesAreFresh -update
+	$(GO) test ./gateway/openapi -run TestDocumentIsFresh -update
 
 # Validates deploy/ offline (compose, Kubernetes schemas, Prometheus, Dockerfile).
 deploy-check: build

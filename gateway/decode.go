@@ -5,8 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
+	"time"
 	"unicode/utf8"
+
+	"github.com/labstack/echo/v4"
 
 	"github.com/parleyhq/parley/schema"
 )
@@ -90,4 +94,42 @@ func (u *utf8Chunker) flush() string {
 	out := strings.ToValidUTF8(string(u.pending), "\uFFFD")
 	u.pending = u.pending[:0]
 	return out
+}
+
+// Bounds on reading away an oversized body after its 413: most clients
+// send the whole body before they read the answer, and a connection closed
+// on unread data reaches them as a reset instead of the 413.
+const (
+	drainBytes   = 16 << 20
+	drainTimeout = 10 * time.Second
+)
+
+// limitBody answers 413 to a request whose declared Content-Length is over
+// limit before its body is read. It then reads and discards up to
+// drainBytes of the body, so that a client still sending gets to read the
+// 413; a client that sent Expect: 100-continue never sends the body.
+func limitBody(limit int64) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			r := c.Request()
+			if r.ContentLength <= limit {
+				return next(c)
+			}
+			rc := http.NewResponseController(c.Response())
+			drain := r.ContentLength <= drainBytes && !strings.EqualFold(r.Header.Get("Expect"), "100-continue")
+			if drain {
+				_ = rc.EnableFullDuplex()
+			} else {
+				// What the client sends next is the unread body, not a request.
+				c.Response().Header().Set(echo.HeaderConnection, "close")
+			}
+			c.Error(fmt.Errorf("%w: body of %d bytes is over %d", ErrTooLarge, r.ContentLength, limit))
+			if drain {
+				_ = rc.Flush()
+				_ = rc.SetReadDeadline(time.Now().Add(drainTimeout))
+				_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, drainBytes))
+			}
+			return nil
+		}
+	}
 }

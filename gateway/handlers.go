@@ -46,11 +46,21 @@ func (s *Server) createSessionHandler(c echo.Context) error {
 		ID: uuid.Must(uuid.NewV7()).String(), ClientID: p.ClientID, PlayerID: req.PlayerID, NPCID: req.NPCID,
 		PolicyVersion: asg.PolicyVersion, Arm: asg.Arm, ExperimentID: asg.ExperimentID, Client: req.Client,
 	}
+	if err := s.startSession(ctx, sess); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, schema.CreateSessionResponse{
+		SessionID: sess.ID, Greeting: persona.Greeting, PolicyVersion: sess.PolicyVersion, Arm: sess.Arm,
+	})
+}
+
+// startSession stores sess and logs its session_started.
+func (s *Server) startSession(ctx context.Context, sess *session) error {
 	if err := s.createSession(ctx, sess); err != nil {
 		return err
 	}
 	ev := s.newEvent(sess, schema.SessionStarted)
-	ev.Client = req.Client
+	ev.Client = sess.Client
 	if err := s.publish(ctx, ev); err != nil {
 		// The session never started for the player: forget it.
 		ctx := context.WithoutCancel(ctx)
@@ -59,9 +69,7 @@ func (s *Server) createSessionHandler(c echo.Context) error {
 		return err
 	}
 	s.metrics.started.Add(ctx, 1)
-	return c.JSON(http.StatusCreated, schema.CreateSessionResponse{
-		SessionID: sess.ID, Greeting: persona.Greeting, PolicyVersion: sess.PolicyVersion, Arm: sess.Arm,
-	})
+	return nil
 }
 
 // ownedSession loads the session named in the path, checking that the

@@ -235,7 +235,7 @@ func (s *Server) routes() *echo.Echo {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.errorHandler
-	e.Use(s.observe, s.recover)
+	e.Use(s.observe, s.recover, limitBody(s.cfg.MaxBodyBytes))
 
 	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
 	e.GET("/readyz", s.readyz)
@@ -246,6 +246,7 @@ func (s *Server) routes() *echo.Echo {
 		s.metricsHandler.ServeHTTP(c.Response(), c.Request())
 		return nil
 	})
+	e.GET("/openapi.json", openAPIHandler)
 
 	// Middleware goes on each route, not on the groups: echo gives a group
 	// with middleware catch-all routes that answer 404 where 405 is right.
@@ -255,6 +256,7 @@ func (s *Server) routes() *echo.Echo {
 	v1.POST("/sessions/:id/end", s.endSessionHandler)
 	v1.GET("/sessions/:id", s.getSessionHandler)
 	v1.POST("/chat/completions", s.chatCompletionsHandler)
+	v1.GET("/models", s.modelsHandler)
 
 	s.adminRoutes(e).GET("/status", s.statusHandler)
 	return e
