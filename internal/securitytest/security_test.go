@@ -15,6 +15,7 @@ func TestSecurity(t *testing.T) {
 	t.Run("auth", func(t *testing.T) { testAuth(t, e) })
 	t.Run("input", func(t *testing.T) { testInput(t, e) })
 	t.Run("openai", func(t *testing.T) { testOpenAIInput(t, e) })
+	t.Run("openai sessions", func(t *testing.T) { testOpenAISessions(t, e) })
 	t.Run("injection", func(t *testing.T) { testInjection(t, e) })
 	t.Run("raw", func(t *testing.T) { testRaw(t, e) })
 	t.Run("adversarial", func(t *testing.T) { testAdversarial(t, e) })
