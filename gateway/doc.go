@@ -12,9 +12,11 @@
 //	                                   "token" events {"text"} and a final "done" event with the same body
 //	POST /v1/sessions/{id}/end         → the session view; session_ended with player_ended
 //	GET  /v1/sessions/{id}             → the session view with its transcript (the creating client only)
-//	POST /v1/chat/completions          OpenAI's chat API, stream ("data: chunk" … "data: [DONE]") or not
+//	POST /v1/chat/completions          OpenAI's chat API, stream ("data: chunk" … "data: [DONE]") or not;
+//	                                   X-Parley-Session: <uuid> makes it a turn of a logged session
+//	GET  /v1/models                    the deployment and its served versions, as OpenAI lists models
 //	GET  /admin/v1/status              live-ops and admin keys only
-//	GET  /healthz, /readyz, /metrics
+//	GET  /healthz, /readyz, /metrics, /openapi.json (the contract, gateway/openapi.json)
 //
 // New builds a Server from a Config and its Deps; Run serves it and sweeps
 // idle sessions. CreateKey, RevokeKey and ListKeys manage API keys. Package
