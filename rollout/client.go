@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -148,6 +149,19 @@ func (c *Client) Canary(ctx context.Context, deployment, version string, weight 
 	return c.Apply(ctx, deployment, Request{Action: ActionCanary, Version: version, Weight: weight, By: by})
 }
 
+// AdvanceAt moves a stepped canary to its next step only if the state is
+// still at generation (the analysis that allowed it read that state).
+func (c *Client) AdvanceAt(ctx context.Context, deployment string, generation int64, by, reason string) (schema.RolloutChange, error) {
+	return c.Apply(ctx, deployment, Request{Action: ActionAdvance, By: by, Reason: reason, Generation: &generation})
+}
+
+// PauseAt pauses the canary with a reason in the state only if it is still
+// at generation: how the analysis holds an experiment whose sample ratio
+// or assignment audit failed.
+func (c *Client) PauseAt(ctx context.Context, deployment string, generation int64, by, reason string) (schema.RolloutChange, error) {
+	return c.Apply(ctx, deployment, Request{Action: ActionPause, By: by, Reason: reason, Generation: &generation})
+}
+
 // Promote makes the canary stable.
 func (c *Client) Promote(ctx context.Context, deployment, by, reason string) (schema.RolloutChange, error) {
 	return c.Apply(ctx, deployment, Request{Action: ActionPromote, By: by, Reason: reason})
@@ -262,6 +276,12 @@ func encodeState(s schema.RolloutState) []any {
 		"canary", s.Canary,
 		"canary_weight", strconv.Itoa(s.CanaryWeight),
 		"experiment_id", s.ExperimentID,
+		"salt", s.Salt,
+		"split", strconv.Itoa(s.Split),
+		"steps", joinInts(s.Steps),
+		"step", strconv.Itoa(s.Step),
+		"min_step_players", strconv.Itoa(s.MinStepPlayers),
+		"pause_reason", s.PauseReason,
 		"state", string(s.State),
 		"generation", strconv.FormatInt(s.Generation, 10),
 		"updated_by", s.UpdatedBy,
@@ -275,12 +295,26 @@ func decodeState(deployment string, h map[string]string) (schema.RolloutState, e
 		Stable:       h["stable"],
 		Canary:       h["canary"],
 		ExperimentID: h["experiment_id"],
+		Salt:         h["salt"],
+		PauseReason:  h["pause_reason"],
 		State:        schema.RolloutPhase(h["state"]),
 		UpdatedBy:    h["updated_by"],
 	}
 	var err error
 	if s.CanaryWeight, err = strconv.Atoi(h["canary_weight"]); err != nil {
 		return s, fmt.Errorf("canary_weight: %w", err)
+	}
+	// Fields a state written before canary steps and salts lacks are zero.
+	for name, v := range map[string]*int{"split": &s.Split, "step": &s.Step, "min_step_players": &s.MinStepPlayers} {
+		if h[name] == "" {
+			continue
+		}
+		if *v, err = strconv.Atoi(h[name]); err != nil {
+			return s, fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	if s.Steps, err = splitInts(h["steps"]); err != nil {
+		return s, fmt.Errorf("steps: %w", err)
 	}
 	if s.Generation, err = strconv.ParseInt(h["generation"], 10, 64); err != nil {
 		return s, fmt.Errorf("generation: %w", err)
@@ -292,4 +326,27 @@ func decodeState(deployment string, h map[string]string) (schema.RolloutState, e
 		return s, err
 	}
 	return s, nil
+}
+
+func joinInts(xs []int) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = strconv.Itoa(x)
+	}
+	return strings.Join(parts, ",")
+}
+
+func splitInts(s string) ([]int, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []int
+	for p := range strings.SplitSeq(s, ",") {
+		x, err := strconv.Atoi(p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, x)
+	}
+	return out, nil
 }

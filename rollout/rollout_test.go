@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -33,14 +35,28 @@ var errInvalid = errors.New("invalid request")
 
 func TestNext(t *testing.T) {
 	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	const salt = "0123456789abcdef"
 	steady := schema.RolloutState{Deployment: "d", Stable: "v1", State: schema.PhaseSteady, Generation: 4}
 	canary := schema.RolloutState{Deployment: "d", Stable: "v1", Canary: "v2", CanaryWeight: 10,
-		ExperimentID: "exp", State: schema.PhaseCanary, Generation: 5}
+		ExperimentID: "exp", Salt: "s0", Split: 50, State: schema.PhaseCanary, Generation: 5}
 	paused := canary
 	paused.State = schema.PhasePaused
 	rolledBack := canary
 	rolledBack.State, rolledBack.CanaryWeight = schema.PhaseRollingBack, 0
+	stepped := canary
+	stepped.Steps, stepped.Step, stepped.CanaryWeight, stepped.MinStepPlayers = []int{5, 20, 50}, 1, 20, 100
+	lastStep := stepped
+	lastStep.Step, lastStep.CanaryWeight = 2, 50
 
+	newExp := func(version string, weight, split int, id string) schema.RolloutState {
+		return schema.RolloutState{Deployment: "d", Stable: "v1", Canary: version, CanaryWeight: weight,
+			ExperimentID: id, Salt: salt, Split: split, State: schema.PhaseCanary}
+	}
+	with := func(s schema.RolloutState, f func(*schema.RolloutState)) schema.RolloutState {
+		s.Steps = slices.Clone(s.Steps)
+		f(&s)
+		return s
+	}
 	tests := []struct {
 		name    string
 		from    schema.RolloutState
@@ -49,36 +65,58 @@ func TestNext(t *testing.T) {
 		wantErr error
 	}{
 		{"canary from steady", steady, Request{Action: ActionCanary, Version: "v2", Weight: 10},
-			schema.RolloutState{Deployment: "d", Stable: "v1", Canary: "v2", CanaryWeight: 10, ExperimentID: "d-v2-g5", State: schema.PhaseCanary}, nil},
+			newExp("v2", 10, 50, "d-v2-g5-01234567"), nil},
 		{"canary with experiment id", steady, Request{Action: ActionCanary, Version: "v2", Weight: 10, ExperimentID: "e7"},
-			schema.RolloutState{Deployment: "d", Stable: "v1", Canary: "v2", CanaryWeight: 10, ExperimentID: "e7", State: schema.PhaseCanary}, nil},
+			newExp("v2", 10, 50, "e7"), nil},
+		{"canary above half", steady, Request{Action: ActionCanary, Version: "v2", Weight: 80},
+			newExp("v2", 80, 80, "d-v2-g5-01234567"), nil},
+		{"canary with steps", steady, Request{Action: ActionCanary, Version: "v2", Steps: []int{5, 20, 50}, MinStepPlayers: 100},
+			with(newExp("v2", 5, 50, "d-v2-g5-01234567"), func(s *schema.RolloutState) { s.Steps, s.MinStepPlayers = []int{5, 20, 50}, 100 }), nil},
+		{"steps past half", steady, Request{Action: ActionCanary, Version: "v2", Steps: []int{10, 75}},
+			with(newExp("v2", 10, 75, "d-v2-g5-01234567"), func(s *schema.RolloutState) { s.Steps = []int{10, 75} }), nil},
+		{"steps falling", steady, Request{Action: ActionCanary, Version: "v2", Steps: []int{20, 5}}, steady, errInvalid},
 		{"ramp keeps experiment", canary, Request{Action: ActionCanary, Version: "v2", Weight: 50},
-			schema.RolloutState{Deployment: "d", Stable: "v1", Canary: "v2", CanaryWeight: 50, ExperimentID: "exp", State: schema.PhaseCanary}, nil},
+			with(canary, func(s *schema.RolloutState) { s.CanaryWeight = 50 }), nil},
+		{"ramp of paused resumes", paused, Request{Action: ActionCanary, Version: "v2", Weight: 20},
+			with(canary, func(s *schema.RolloutState) { s.CanaryWeight = 20 }), nil},
+		{"lower weight, new experiment", canary, Request{Action: ActionCanary, Version: "v2", Weight: 5},
+			newExp("v2", 5, 50, "d-v2-g6-01234567"), nil},
+		{"ramp past the split, new experiment", canary, Request{Action: ActionCanary, Version: "v2", Weight: 60},
+			newExp("v2", 60, 60, "d-v2-g6-01234567"), nil},
+		{"ramp onto a step", stepped, Request{Action: ActionCanary, Version: "v2", Weight: 50},
+			with(lastStep, func(*schema.RolloutState) {}), nil},
+		{"ramp off the steps", stepped, Request{Action: ActionCanary, Version: "v2", Weight: 30},
+			with(canary, func(s *schema.RolloutState) { s.CanaryWeight = 30 }), nil},
 		{"new canary version, new experiment", canary, Request{Action: ActionCanary, Version: "v3", Weight: 5},
-			schema.RolloutState{Deployment: "d", Stable: "v1", Canary: "v3", CanaryWeight: 5, ExperimentID: "d-v3-g6", State: schema.PhaseCanary}, nil},
+			newExp("v3", 5, 50, "d-v3-g6-01234567"), nil},
 		{"canary after rollback", rolledBack, Request{Action: ActionCanary, Version: "v3", Weight: 5},
-			schema.RolloutState{Deployment: "d", Stable: "v1", Canary: "v3", CanaryWeight: 5, ExperimentID: "d-v3-g6", State: schema.PhaseCanary}, nil},
+			newExp("v3", 5, 50, "d-v3-g6-01234567"), nil},
 		{"canary of stable", steady, Request{Action: ActionCanary, Version: "v1", Weight: 10}, steady, ErrTransition},
 		{"canary weight 0", steady, Request{Action: ActionCanary, Version: "v2", Weight: 0}, steady, errInvalid},
-		{"promote", canary, Request{Action: ActionPromote},
+		{"advance", stepped, Request{Action: ActionAdvance}, lastStep, nil},
+		{"advance past the last step", lastStep, Request{Action: ActionAdvance}, lastStep, ErrTransition},
+		{"advance without steps", canary, Request{Action: ActionAdvance}, canary, ErrTransition},
+		{"advance paused", with(stepped, func(s *schema.RolloutState) { s.State = schema.PhasePaused }), Request{Action: ActionAdvance},
+			with(stepped, func(s *schema.RolloutState) { s.State = schema.PhasePaused }), ErrTransition},
+		{"promote", stepped, Request{Action: ActionPromote},
 			schema.RolloutState{Deployment: "d", Stable: "v2", State: schema.PhaseSteady}, nil},
 		{"promote paused", paused, Request{Action: ActionPromote},
 			schema.RolloutState{Deployment: "d", Stable: "v2", State: schema.PhaseSteady}, nil},
 		{"promote steady", steady, Request{Action: ActionPromote}, steady, ErrTransition},
 		{"promote after rollback", rolledBack, Request{Action: ActionPromote}, rolledBack, ErrTransition},
 		{"rollback", canary, Request{Action: ActionRollback},
-			schema.RolloutState{Deployment: "d", Stable: "v1", Canary: "v2", ExperimentID: "exp", State: schema.PhaseRollingBack}, nil},
+			schema.RolloutState{Deployment: "d", Stable: "v1", Canary: "v2", ExperimentID: "exp", Salt: "s0", Split: 50, State: schema.PhaseRollingBack}, nil},
 		{"rollback steady", steady, Request{Action: ActionRollback}, steady, ErrTransition},
-		{"pause", canary, Request{Action: ActionPause},
-			schema.RolloutState{Deployment: "d", Stable: "v1", Canary: "v2", CanaryWeight: 10, ExperimentID: "exp", State: schema.PhasePaused}, nil},
+		{"pause", canary, Request{Action: ActionPause, Reason: "sample ratio mismatch"},
+			with(paused, func(s *schema.RolloutState) { s.PauseReason = "sample ratio mismatch" }), nil},
 		{"pause paused", paused, Request{Action: ActionPause}, paused, ErrTransition},
-		{"resume", paused, Request{Action: ActionResume}, canary, nil},
+		{"resume", with(paused, func(s *schema.RolloutState) { s.PauseReason = "srm" }), Request{Action: ActionResume}, canary, nil},
 		{"resume canary", canary, Request{Action: ActionResume}, canary, ErrTransition},
 		{"unknown action", canary, Request{Action: "explode"}, canary, ErrTransition},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tt.req.By = "alice"
+			tt.req.By, tt.req.Salt = "alice", salt
 			got, err := Next(tt.from, tt.req, at)
 			if tt.wantErr == errInvalid && err != nil {
 				err = errInvalid
@@ -87,7 +125,7 @@ func TestNext(t *testing.T) {
 				t.Fatalf("Next error = %v; want %v", err, tt.wantErr)
 			}
 			if err != nil {
-				if got != tt.from {
+				if !reflect.DeepEqual(got, tt.from) {
 					t.Errorf("Next after error = %+v; want the unchanged %+v", got, tt.from)
 				}
 				return
@@ -98,13 +136,19 @@ func TestNext(t *testing.T) {
 			got.Generation, got.UpdatedBy, got.UpdatedAt = 0, "", time.Time{}
 			want := tt.want
 			want.Generation, want.UpdatedBy, want.UpdatedAt = 0, "", time.Time{}
-			if got != want {
+			if !reflect.DeepEqual(got, want) {
 				t.Errorf("Next = %+v; want %+v", got, want)
 			}
 		})
 	}
 	if _, err := Next(canary, Request{Action: ActionPromote}, at); err == nil {
 		t.Error("Next without By succeeded; want an error")
+	}
+	a, _ := Next(steady, Request{Action: ActionCanary, Version: "v2", Weight: 10, By: "a"}, at)
+	b, _ := Next(steady, Request{Action: ActionCanary, Version: "v2", Weight: 10, By: "a"}, at)
+	if len(a.Salt) != 16 || a.Salt == b.Salt || a.ExperimentID == b.ExperimentID {
+		t.Errorf("two canaries from the same generation: salts %q, %q, experiments %q, %q; want random salts and distinct ids",
+			a.Salt, b.Salt, a.ExperimentID, b.ExperimentID)
 	}
 }
 
@@ -423,13 +467,120 @@ func TestRoute(t *testing.T) {
 		wantArm, wantVer string
 	}{
 		{schema.PhaseCanary, schema.ArmCanary, "v2"},
-		{schema.PhasePaused, schema.ArmStable, "v1"},
+		{schema.PhasePaused, schema.ArmHeld, "v1"},
 		{schema.PhaseRollingBack, schema.ArmStable, "v1"},
 	} {
 		s.State = tt.phase
+		if tt.phase == schema.PhaseRollingBack {
+			s.CanaryWeight = 0
+		}
 		if arm, v := Route(s, "p1"); arm != tt.wantArm || v != tt.wantVer {
 			t.Errorf("Route(%s) = %s, %s; want %s, %s", tt.phase, arm, v, tt.wantArm, tt.wantVer)
 		}
+	}
+}
+
+// exposures counts the arms Expose gives n players under s ("" for those
+// outside the experiment).
+func exposures(s schema.RolloutState, n int) map[string]int {
+	out := map[string]int{}
+	for i := range n {
+		e := Expose(s, fmt.Sprintf("player-%d", i))
+		arm := e.Arm
+		if e.ExperimentID == "" {
+			arm = ""
+		}
+		out[arm]++
+	}
+	return out
+}
+
+func TestExposeSplitsByWeight(t *testing.T) {
+	const players = 20000
+	for _, tt := range []struct{ weight, split int }{{5, 50}, {20, 50}, {50, 50}, {80, 80}} {
+		t.Run(fmt.Sprintf("weight=%d", tt.weight), func(t *testing.T) {
+			s := schema.RolloutState{Deployment: "d", Stable: "v1", Canary: "v2", CanaryWeight: tt.weight,
+				ExperimentID: "e", Salt: "9f86d081884c7d65", Split: tt.split, State: schema.PhaseCanary, Generation: 3}
+			got := exposures(s, players)
+			// Chi-square goodness of fit over canary, stable in the
+			// experiment and outside it: p = exp(-χ²/2) at 2 degrees of
+			// freedom (one fewer when the experiment covers everyone).
+			coverage := float64(tt.weight) / float64(tt.split)
+			want := map[string]float64{
+				schema.ArmCanary: float64(players*tt.weight) / 100,
+				schema.ArmStable: players * coverage * float64(100-tt.split) / 100,
+				"":               players * (1 - coverage),
+			}
+			chi2 := 0.0
+			for arm, e := range want {
+				if e == 0 {
+					if got[arm] != 0 {
+						t.Errorf("%d players in %q; want none", got[arm], arm)
+					}
+					continue
+				}
+				chi2 += sq(float64(got[arm])-e) / e
+			}
+			p := math.Exp(-chi2 / 2)
+			t.Logf("weight %d: %v, chi2 %.3f, p %.3f", tt.weight, got, chi2, p)
+			if p <= 0.001 {
+				t.Errorf("weight %d: %v, chi2 %.2f, p %.5f; want p > 0.001 against %v", tt.weight, got, chi2, p, want)
+			}
+		})
+	}
+}
+
+func TestRampMovesNobodyBetweenArms(t *testing.T) {
+	const players = 20000
+	from := schema.RolloutState{Deployment: "d", Stable: "v1", State: schema.PhaseSteady, Generation: 1}
+	st, err := Next(from, Request{Action: ActionCanary, Version: "v2", Steps: []int{5, 20, 50}, By: "t"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	arms := map[string]string{} // player → the arm of their first exposure in the experiment
+	covered := 0
+	for step := range 3 {
+		if step > 0 {
+			next, err := Next(st, Request{Action: ActionAdvance, By: "t"}, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if next.ExperimentID != st.ExperimentID || next.Salt != st.Salt {
+				t.Fatalf("advance to %d%% changed the experiment %s/%s to %s/%s", next.CanaryWeight, st.ExperimentID, st.Salt, next.ExperimentID, next.Salt)
+			}
+			st = next
+		}
+		n := 0
+		for i := range players {
+			id := fmt.Sprintf("player-%d", i)
+			e := Expose(st, id)
+			if e.ExperimentID == "" {
+				if _, was := arms[id]; was {
+					t.Fatalf("at %d%% %s left the experiment", st.CanaryWeight, id)
+				}
+				continue
+			}
+			n++
+			if e.Salt != st.Salt || e.Generation != st.Generation {
+				t.Fatalf("exposure %+v; want salt %s generation %d", e, st.Salt, st.Generation)
+			}
+			if was, ok := arms[id]; ok && was != e.Arm {
+				t.Fatalf("at %d%% %s moved from %s to %s", st.CanaryWeight, id, was, e.Arm)
+			}
+			arms[id] = e.Arm
+		}
+		if n <= covered {
+			t.Errorf("at %d%% the experiment covers %d players, at the step before %d; want more", st.CanaryWeight, n, covered)
+		}
+		covered = n
+		t.Logf("step %d: weight %d%%, %d players in the experiment", st.Step, st.CanaryWeight, n)
+	}
+	paused, err := Next(st, Request{Action: ActionPause, By: "t", Reason: "srm"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := exposures(paused, players); got[schema.ArmCanary] != 0 || got[schema.ArmStable] != 0 || got[schema.ArmHeld] != covered {
+		t.Errorf("paused: %v; want all %d covered players held, none in an arm", got, covered)
 	}
 }
 

@@ -60,7 +60,12 @@ type SessionEvent struct {
 	PolicyVersion string    `json:"policy_version"`
 	ExperimentID  string    `json:"experiment_id,omitempty"`
 	Arm           string    `json:"arm,omitempty"`
-	TS            time.Time `json:"ts"`
+	// Salt is the experiment's assignment salt and Generation the rollout
+	// generation the session was assigned at, so that an audit can
+	// recompute its arm and an analysis can tell runs apart.
+	Salt       string    `json:"salt,omitempty"`
+	Generation int64     `json:"generation,omitempty"`
+	TS         time.Time `json:"ts"`
 
 	// session_started
 	Client *ClientMeta `json:"client,omitempty"`
@@ -104,6 +109,17 @@ func (e SessionEvent) Validate() error {
 	}
 	if e.TS.IsZero() {
 		return fmt.Errorf("session event %s: ts is required", e.EventID)
+	}
+	switch e.Arm {
+	case "", ArmStable, ArmCanary, ArmHeld:
+	default:
+		return fmt.Errorf("session event %s: arm %q is not stable, canary or held", e.EventID, e.Arm)
+	}
+	if e.Generation < 0 {
+		return fmt.Errorf("session event %s: generation %d is negative", e.EventID, e.Generation)
+	}
+	if e.Salt != "" && e.ExperimentID == "" {
+		return fmt.Errorf("session event %s: a salt without an experiment", e.EventID)
 	}
 	switch e.Type {
 	case SessionStarted:

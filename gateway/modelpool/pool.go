@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -264,7 +265,7 @@ func (p *Pool[E]) switchTo(want, s schema.RolloutState, full bool) {
 		return
 	}
 	from := p.serving
-	if from == s && p.full == full {
+	if reflect.DeepEqual(from, s) && p.full == full {
 		p.mu.Unlock()
 		return
 	}
