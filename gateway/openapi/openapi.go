@@ -125,7 +125,10 @@ func operations() []operation {
 // Document returns the OpenAPI 3.1 description, indented, with a final newline.
 func Document() ([]byte, error) {
 	c := &components{schemas: map[string]any{}}
-	c.r = &jsonschema.Reflector{Namer: typeName}
+	// Additional properties are allowed: the gateway ignores unknown fields
+	// of a request, and a client generated from this description should
+	// ignore fields a later gateway adds to an answer.
+	c.r = &jsonschema.Reflector{Namer: typeName, AllowAdditionalProperties: true}
 	paths := map[string]map[string]any{}
 	for _, op := range operations() {
 		o, err := c.operation(op)
