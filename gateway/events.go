@@ -23,6 +23,8 @@ func (s *Server) newEvent(sess *session, typ schema.EventType) schema.SessionEve
 		PolicyVersion: sess.PolicyVersion,
 		ExperimentID:  sess.ExperimentID,
 		Arm:           sess.Arm,
+		Salt:          sess.Salt,
+		Generation:    sess.Generation,
 		TS:            s.now().UTC(),
 	}
 }

@@ -45,6 +45,7 @@ func (s *Server) createSessionHandler(c echo.Context) error {
 	sess := &session{
 		ID: uuid.Must(uuid.NewV7()).String(), ClientID: p.ClientID, PlayerID: req.PlayerID, NPCID: req.NPCID,
 		PolicyVersion: asg.PolicyVersion, Arm: asg.Arm, ExperimentID: asg.ExperimentID, Client: req.Client,
+		Salt: asg.Salt, Generation: asg.Generation,
 	}
 	if err := s.startSession(ctx, sess); err != nil {
 		return err

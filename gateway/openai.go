@@ -259,6 +259,7 @@ func (s *Server) newChatSession(id, clientID, user string, asg Assignment) *sess
 	return &session{
 		ID: id, ClientID: clientID, PlayerID: user, NPCID: s.cfg.DefaultNPC,
 		PolicyVersion: asg.PolicyVersion, Arm: asg.Arm, ExperimentID: asg.ExperimentID,
+		Salt: asg.Salt, Generation: asg.Generation,
 	}
 }
 

@@ -11,8 +11,9 @@ import (
 )
 
 // PoolRouter routes new sessions by the rollout state that pool serves:
-// rollout.Route gives each player a sticky arm and its version, and the
-// session pins both (with the experiment id while a canary runs). Each
+// rollout.Expose gives each player a sticky arm and its version, and the
+// session pins both (with the experiment, its salt and the generation when
+// the player is in a running or paused experiment). Each
 // request holds its session's version in the pool only while it is
 // answered, so a session pinned to a version that was promoted away still
 // finds it (the pool reloads it if it was evicted and a slot is free).
@@ -27,12 +28,8 @@ func (r poolRouter) Assign(_ context.Context, playerID string) (Assignment, erro
 	if st.Stable == "" {
 		return Assignment{}, fmt.Errorf("%w: no version served yet", ErrUnavailable)
 	}
-	arm, version := rollout.Route(st, playerID)
-	a := Assignment{PolicyVersion: version, Arm: arm}
-	if st.Canary != "" {
-		a.ExperimentID = st.ExperimentID
-	}
-	return a, nil
+	e := rollout.Expose(st, playerID)
+	return Assignment{PolicyVersion: e.Version, Arm: e.Arm, ExperimentID: e.ExperimentID, Salt: e.Salt, Generation: e.Generation}, nil
 }
 
 func (r poolRouter) Acquire(ctx context.Context, version string) (Generator, func(), error) {

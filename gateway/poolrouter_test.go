@@ -85,4 +85,19 @@ func TestPoolRouterPinsVersionAndArm(t *testing.T) {
 			t.Errorf("canary turn: experiment %q arm %q; want exp-1 canary", ev.ExperimentID, ev.Arm)
 		}
 	}
+
+	// A paused experiment holds its players on stable, logged as held with
+	// the experiment's salt and the generation that assigned them.
+	serve(schema.RolloutState{Deployment: "companion", Stable: "v1", Canary: "v22", CanaryWeight: 50,
+		ExperimentID: "exp-2", Salt: "5a17", Split: 50, State: schema.PhasePaused, Generation: 3})
+	held := e.createSession(e.key, "player-held")
+	if held.PolicyVersion != "v1" || held.Arm != schema.ArmHeld {
+		t.Errorf("session during a paused canary = %s/%s; want v1/held", held.PolicyVersion, held.Arm)
+	}
+	e.say(e.key, held.SessionID, "hello")
+	for _, ev := range e.events.ofType(schema.TurnEvent) {
+		if ev.SessionID == held.SessionID && (ev.ExperimentID != "exp-2" || ev.Salt != "5a17" || ev.Generation != 3 || ev.Arm != schema.ArmHeld) {
+			t.Errorf("held turn: experiment %q salt %q generation %d arm %q; want exp-2 5a17 3 held", ev.ExperimentID, ev.Salt, ev.Generation, ev.Arm)
+		}
+	}
 }

@@ -31,11 +31,15 @@ type EventSink interface {
 	Publish(ctx context.Context, ev schema.SessionEvent) error
 }
 
-// Assignment is the policy a new session pins for its whole life.
+// Assignment is the policy a new session pins for its whole life, with the
+// experiment's salt and the rollout generation it was assigned at (logged
+// on every event, for the assignment audit).
 type Assignment struct {
 	PolicyVersion string
 	Arm           string
 	ExperimentID  string
+	Salt          string
+	Generation    int64
 }
 
 // Router chooses the policy of a new session and lends out the engine of a

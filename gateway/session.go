@@ -26,6 +26,8 @@ type session struct {
 	PolicyVersion string
 	Arm           string
 	ExperimentID  string
+	Salt          string // the experiment's assignment salt
+	Generation    int64  // the rollout generation the session was assigned at
 	Turns         int
 	Ended         schema.EndReason
 	History       []schema.Exchange // the latest exchanges, at most Config.MaxHistory
@@ -35,7 +37,8 @@ type session struct {
 // Redis layout of sessions:
 //
 //	{prefix}session:{{id}}        hash: client, player, npc, policy_version, arm,
-//	                              experiment_id, turns, ended, history (JSON), client_meta, last_activity
+//	                              experiment_id, salt, generation, turns, ended,
+//	                              history (JSON), client_meta, last_activity
 //	{prefix}session:{{id}}:lock   a turn in progress (SET NX with a token)
 //	{prefix}sessions:active       sorted set: session id scored by last activity (unix ms)
 //
@@ -66,7 +69,7 @@ func (s *Server) createSession(ctx context.Context, sess *session) error {
 		p.HSet(ctx, key,
 			"client", sess.ClientID, "player", sess.PlayerID, "npc", sess.NPCID,
 			"policy_version", sess.PolicyVersion, "arm", sess.Arm, "experiment_id", sess.ExperimentID,
-			"turns", 0, "ended", "", "history", "[]", "client_meta", string(meta),
+			"salt", sess.Salt, "generation", sess.Generation, "turns", 0, "ended", "", "history", "[]", "client_meta", string(meta),
 			"last_activity", now.UnixMilli())
 		p.PExpire(ctx, key, s.liveTTL())
 		p.ZAdd(ctx, s.activeKey(), redis.Z{Score: float64(now.UnixMilli()), Member: sess.ID})
@@ -96,12 +99,17 @@ func (s *Server) loadSession(ctx context.Context, id string) (*session, error) {
 func decodeSession(id string, m map[string]string) (*session, error) {
 	sess := &session{
 		ID: id, ClientID: m["client"], PlayerID: m["player"], NPCID: m["npc"],
-		PolicyVersion: m["policy_version"], Arm: m["arm"], ExperimentID: m["experiment_id"],
+		PolicyVersion: m["policy_version"], Arm: m["arm"], ExperimentID: m["experiment_id"], Salt: m["salt"],
 		Ended: schema.EndReason(m["ended"]),
 	}
 	var err error
 	if sess.Turns, err = strconv.Atoi(m["turns"]); err != nil {
 		return nil, fmt.Errorf("decode session %s turns: %w", id, err)
+	}
+	if g := m["generation"]; g != "" { // sessions stored before generations were logged have none
+		if sess.Generation, err = strconv.ParseInt(g, 10, 64); err != nil {
+			return nil, fmt.Errorf("decode session %s generation: %w", id, err)
+		}
 	}
 	if err := json.Unmarshal([]byte(m["history"]), &sess.History); err != nil {
 		return nil, fmt.Errorf("decode session %s history: %w", id, err)
