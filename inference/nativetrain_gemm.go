@@ -75,17 +75,19 @@ const (
 	gemmMaxCols = 32
 )
 
-// gemmScratch holds the packed last rows of A of running jobs.
+// gemmScratch holds the packed last rows of A and an edge tile of C of
+// running jobs.
 var gemmScratch = sync.Pool{New: func() any {
-	s := make([]float32, gemmMaxRows*gemmKC)
+	s := make([]float32, gemmMaxRows*gemmKC+gemmMaxRows*gemmMaxCols)
 	return &s
 }}
 
 // packedMatrix is a right-hand operand B [k, n] laid out for a micro-kernel
-// of width w: panels of w columns, [⌈n/w⌉][k][w], zero past column n.
+// of width w: panels of w columns, [⌈n/w⌉][stride][w] with stride = k
+// (more in a view of some of B's rows), zero past column n.
 type packedMatrix struct {
-	data    []float32
-	k, n, w int
+	data            []float32
+	k, n, w, stride int
 }
 
 func (p *packedMatrix) panels() int { return (p.n + p.w - 1) / p.w }
@@ -93,8 +95,22 @@ func (p *packedMatrix) panels() int { return (p.n + p.w - 1) / p.w }
 // resize makes p a [k, n] matrix in panels of trainKernel's width, reusing
 // its buffer when it is large enough.
 func (p *packedMatrix) resize(k, n int) {
-	p.k, p.n, p.w = k, n, trainKernel.cols
+	p.k, p.n, p.w, p.stride = k, n, trainKernel.cols, k
 	grow(&p.data, p.panels()*k*p.w)
+}
+
+// rows is a view of rows [k0, k1) of p, sharing its data.
+func (p *packedMatrix) rows(k0, k1 int) packedMatrix {
+	v := *p
+	v.data, v.k = p.data[k0*p.w:], k1-k0
+	return v
+}
+
+// cols is a view of p's first n columns, sharing its data.
+func (p *packedMatrix) cols(n int) packedMatrix {
+	v := *p
+	v.n = n
+	return v
 }
 
 // packRows packs B [k, n] read in rows: B[i][j] = b[i·ldb + j].
@@ -192,9 +208,9 @@ func gemm(pool *cpuPool, c []float32, ldc int, a leftOperand, m int, b *packedMa
 	jobPanels := (b.panels() + colJobs - 1) / colJobs
 	colJobs = (b.panels() + jobPanels - 1) / jobPanels
 	work := func(lo, hi int) {
-		var tile [gemmMaxRows * gemmMaxCols]float32
 		buf := gemmScratch.Get().(*[]float32)
 		defer gemmScratch.Put(buf)
+		tile := (*buf)[gemmMaxRows*gemmKC:]
 		for job := lo; job < hi; job++ {
 			r0 := job / colJobs * jobRows
 			rows := min(jobRows, m-r0)
@@ -219,7 +235,7 @@ func gemm(pool *cpuPool, c []float32, ldc int, a leftOperand, m int, b *packedMa
 					a.packBlock(edge, r0+full, rows-full, k0, kl, mr)
 				}
 				for q := p0; q < p1; q++ {
-					panel := b.data[(q*k+k0)*nr : (q*k+k0+kl)*nr]
+					panel := b.data[(q*b.stride+k0)*nr : (q*b.stride+k0+kl)*nr]
 					j0 := q * nr
 					cols := min(nr, n-j0)
 					for ib := 0; ib < rows; ib += mr {

@@ -178,6 +178,17 @@ type attnScratch struct {
 
 var attnScratchPool = sync.Pool{New: func() any { return new(attnScratch) }}
 
+// causalBlocks calls f for consecutive blocks of rows [i0, i1) of an [L, L]
+// causal product: each block of rows, or of columns for the transposed
+// products, only needs the scores up to (from) its diagonal, which is what
+// the callers compute, so a head costs about two thirds of full squares.
+func causalBlocks(L int, f func(i0, i1 int)) {
+	block := 4 * trainKernel.rows
+	for i0 := 0; i0 < L; i0 += block {
+		f(i0, min(i0+block, L))
+	}
+}
+
 // attentionForward computes causal softmax attention within each sequence:
 // for qkv [n, 3d] (rotated queries, rotated keys, values) it writes att
 // [n, d] and keeps the probabilities, per sequence and head a [len, len]
@@ -195,39 +206,30 @@ func attentionForward(pool *cpuPool, att, probs, qkv []float32, seqs []seqSpan, 
 			L := s.len
 			q, k, v := s.off*w+h*hd, s.off*w+d+h*hd, s.off*w+2*d+h*hd
 			p := probs[s.probOff+h*L*L : s.probOff+(h+1)*L*L]
-			// Scores q·kᵀ, then a causal softmax of each row.
+			// Scores q·kᵀ up to the diagonal, then a causal softmax of
+			// each row, then the output p·v.
 			sc.b1.packCols(nil, qkv[k:], L, hd, w)
-			causalGemm(p, qkv[q:], w, L, &sc.b1)
-			for t := range L {
-				pr := p[t*L : (t+1)*L]
-				mx := pr[0]
-				for _, x := range pr[:t+1] {
-					mx = max(mx, x)
-				}
-				inv := 1 / expAffine(pr[:t+1], pr[:t+1], scale, -scale*mx)
-				for j := range pr[:t+1] {
-					pr[j] *= inv
-				}
-				clear(pr[t+1:])
-			}
-			// The output p·v.
 			sc.b2.packRows(nil, qkv[v:], L, hd, w)
-			gemm(nil, att[s.off*d+h*hd:], d, leftOperand{data: p, ld: L}, L, &sc.b2, false)
+			causalBlocks(L, func(i0, i1 int) {
+				kt := sc.b1.cols(i1)
+				gemm(nil, p[i0*L:], L, leftOperand{data: qkv[q+i0*w:], ld: w}, i1-i0, &kt, false)
+				for t := i0; t < i1; t++ {
+					pr := p[t*L : (t+1)*L]
+					mx := pr[0]
+					for _, x := range pr[:t+1] {
+						mx = max(mx, x)
+					}
+					inv := 1 / expAffine(pr[:t+1], pr[:t+1], scale, -scale*mx)
+					for j := range pr[:t+1] {
+						pr[j] *= inv
+					}
+					clear(pr[t+1:])
+				}
+				vs := sc.b2.rows(0, i1)
+				gemm(nil, att[(s.off+i0)*d+h*hd:], d, leftOperand{data: p[i0*L:], ld: L}, i1-i0, &vs, false)
+			})
 		}
 	})
-}
-
-// causalGemm computes the lower triangle (and some of the rest) of c [L, L]
-// = A·B for A [L, k] in rows lda apart: by blocks of rows, each up to its
-// last row's column. The caller clears what it reads above the diagonal.
-func causalGemm(c, a []float32, lda, L int, b *packedMatrix) {
-	block := 4 * trainKernel.rows
-	for i0 := 0; i0 < L; i0 += block {
-		i1 := min(i0+block, L)
-		upTo := *b
-		upTo.n = i1
-		gemm(nil, c[i0*L:], L, leftOperand{data: a[i0*lda:], ld: lda}, i1-i0, &upTo, false)
-	}
 }
 
 // attentionBackward accumulates into dqkv [n, 3d] the gradients of the
@@ -248,25 +250,39 @@ func attentionBackward(pool *cpuPool, dqkv, datt, probs, qkv []float32, seqs []s
 			do := s.off*d + h*hd
 			p := probs[s.probOff+h*L*L : s.probOff+(h+1)*L*L]
 			dp := grow(&sc.dp, L*L)
+			// dP and dS up to the diagonal.
 			sc.b1.packCols(nil, qkv[v:], L, hd, w)
-			causalGemm(dp, datt[do:], d, L, &sc.b1)
-			for t := range L {
-				pr, dr := p[t*L:t*L+t+1], dp[t*L:t*L+t+1]
-				var sum float32
-				for j, x := range pr {
-					sum += x * dr[j]
+			causalBlocks(L, func(i0, i1 int) {
+				vt := sc.b1.cols(i1)
+				gemm(nil, dp[i0*L:], L, leftOperand{data: datt[do+i0*d:], ld: d}, i1-i0, &vt, false)
+				for t := i0; t < i1; t++ {
+					pr, dr := p[t*L:t*L+t+1], dp[t*L:t*L+t+1]
+					var sum float32
+					for j, x := range pr {
+						sum += x * dr[j]
+					}
+					for j, x := range pr {
+						dr[j] = x * (dr[j] - sum) * scale
+					}
+					clear(dp[t*L+t+1 : (t+1)*L])
 				}
-				for j, x := range pr {
-					dr[j] = x * (dr[j] - sum) * scale
-				}
-				clear(dp[t*L+t+1 : (t+1)*L])
-			}
+			})
+			// dv += Pᵀ·dout and dk += dSᵀ·q: key rows [v0, v1) read the
+			// queries from v0 on; dq += dS·k: query rows read keys up to
+			// their block's end.
 			sc.b1.packRows(nil, datt[do:], L, hd, d)
-			gemm(nil, dqkv[v:], w, leftOperand{data: p, ld: L, trans: true}, L, &sc.b1, true)
-			sc.b1.packRows(nil, qkv[k:], L, hd, w)
-			gemm(nil, dqkv[q:], w, leftOperand{data: dp, ld: L}, L, &sc.b1, true)
 			sc.b2.packRows(nil, qkv[q:], L, hd, w)
-			gemm(nil, dqkv[k:], w, leftOperand{data: dp, ld: L, trans: true}, L, &sc.b2, true)
+			causalBlocks(L, func(v0, v1 int) {
+				from := sc.b1.rows(v0, L)
+				gemm(nil, dqkv[v+v0*w:], w, leftOperand{data: p[v0*L+v0:], ld: L, trans: true}, v1-v0, &from, true)
+				from = sc.b2.rows(v0, L)
+				gemm(nil, dqkv[k+v0*w:], w, leftOperand{data: dp[v0*L+v0:], ld: L, trans: true}, v1-v0, &from, true)
+			})
+			sc.b1.packRows(nil, qkv[k:], L, hd, w)
+			causalBlocks(L, func(i0, i1 int) {
+				upTo := sc.b1.rows(0, i1)
+				gemm(nil, dqkv[q+i0*w:], w, leftOperand{data: dp[i0*L:], ld: L}, i1-i0, &upTo, true)
+			})
 		}
 	})
 }
