@@ -11,6 +11,7 @@
 package abtest
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -26,6 +27,10 @@ type Session struct {
 	ExperimentID string `json:"experiment_id"`
 	Arm          string `json:"arm"`
 	Version      string `json:"version"`
+	// Salt and Generation are the experiment's assignment salt and the
+	// rollout generation the session was assigned at.
+	Salt       string `json:"salt,omitempty"`
+	Generation int64  `json:"generation,omitempty"`
 	// Started and Ended bound the session; Ended is zero while it is open.
 	Started time.Time `json:"started"`
 	Ended   time.Time `json:"ended"`
@@ -79,6 +84,7 @@ func (c *Collector) Add(e schema.SessionEvent) bool {
 	}
 	if s.PlayerID == "" {
 		s.PlayerID, s.ExperimentID, s.Arm, s.Version = e.PlayerID, e.ExperimentID, e.Arm, e.PolicyVersion
+		s.Salt, s.Generation = e.Salt, e.Generation
 	}
 	if s.Started.IsZero() || e.TS.Before(s.Started) {
 		s.Started = e.TS
@@ -129,4 +135,80 @@ func (c *Collector) Sessions(experimentID string) []Session {
 		return strings.Compare(a.SessionID, b.SessionID)
 	})
 	return out
+}
+
+// Snapshot is a Collector's whole state, for a checkpoint: the sessions
+// and the ids of the events already folded in.
+type Snapshot struct {
+	Seen     []string  `json:"seen"`
+	Sessions []Session `json:"sessions"`
+}
+
+// Snapshot copies the collector's state.
+func (c *Collector) Snapshot() Snapshot {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := Snapshot{Seen: make([]string, 0, len(c.seen)), Sessions: make([]Session, 0, len(c.sessions))}
+	for id := range c.seen {
+		out.Seen = append(out.Seen, id)
+	}
+	for _, s := range c.sessions {
+		cp := *s
+		cp.Exchanges = slices.Clone(s.Exchanges)
+		out.Sessions = append(out.Sessions, cp)
+	}
+	return out
+}
+
+// Restore replaces the collector's state with a snapshot's.
+func (c *Collector) Restore(snap Snapshot) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seen = make(map[string]struct{}, len(snap.Seen))
+	for _, id := range snap.Seen {
+		c.seen[id] = struct{}{}
+	}
+	c.sessions = make(map[string]*Session, len(snap.Sessions))
+	for _, s := range snap.Sessions {
+		cp := s
+		c.sessions[s.SessionID] = &cp
+	}
+}
+
+// Audit is the outcome of recomputing the arm of an experiment's sessions.
+type Audit struct {
+	// Checked counts the sessions of the experiment's salt in an arm.
+	Checked int `json:"checked"`
+	// Wrong counts those whose recorded arm is not the one their player
+	// hashes to; Example names one of them.
+	Wrong   int    `json:"wrong"`
+	Example string `json:"example,omitempty"`
+}
+
+// Failed reports whether any session was on the wrong arm.
+func (a Audit) Failed() bool { return a.Wrong > 0 }
+
+// AuditAssignment recomputes the arm of every session in the stable or
+// canary arm that was assigned with salt, by assign(playerID, salt) (such
+// as rollout.Assign with the experiment's split), and counts those logged
+// on another arm: a gateway that routes by a stale or wrong rule. Sessions
+// without the salt (logged before salts) are not checked.
+func AuditAssignment(sessions []Session, salt string, assign func(playerID, salt string) string) Audit {
+	var a Audit
+	if salt == "" {
+		return a
+	}
+	for _, s := range sessions {
+		if s.Salt != salt || s.Arm != schema.ArmStable && s.Arm != schema.ArmCanary {
+			continue
+		}
+		a.Checked++
+		if want := assign(s.PlayerID, salt); want != s.Arm {
+			a.Wrong++
+			if a.Example == "" {
+				a.Example = fmt.Sprintf("session %s of player %s logged %s, hashes to %s", s.SessionID, s.PlayerID, s.Arm, want)
+			}
+		}
+	}
+	return a
 }
