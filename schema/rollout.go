@@ -57,6 +57,16 @@ type RolloutState struct {
 	UpdatedAt      time.Time    `json:"updated_at"`
 }
 
+// CanaryShare is the share of the experiment's players the canary arm
+// should get, for the sample-ratio check: Split/100, or CanaryWeight/100
+// for a state without a split (written before salts).
+func (s RolloutState) CanaryShare() float64 {
+	if s.Split > 0 {
+		return float64(s.Split) / 100
+	}
+	return float64(s.CanaryWeight) / 100
+}
+
 // Validate checks that the phase, versions and weight agree.
 func (s RolloutState) Validate() error {
 	if err := validID("deployment", s.Deployment); err != nil {
