@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"sync"
 
 	"github.com/gomlx/gomlx/pkg/core/tensors"
@@ -568,4 +569,63 @@ func (t *NativeTrainer) splitLogProbs() [][]float32 {
 		out[i] = append([]float32(nil), t.a.logp[span.off:span.off+span.len]...)
 	}
 	return out
+}
+
+// Trainer names: the native CPU trainer (NativeTrainer) or GoMLX's graph
+// (Trainer).
+const (
+	TrainerNative = "native"
+	TrainerGoMLX  = "gomlx"
+)
+
+// ResolveTrainer returns the trainer that choice names for a model on
+// backend b: empty means native on the pure-Go backend and GoMLX on XLA.
+// The native trainer runs on the CPU only, so it is refused on XLA.
+func ResolveTrainer(choice string, b BackendConfig) (string, error) {
+	xla := b.Name == "xla"
+	switch choice {
+	case "":
+		if xla {
+			return TrainerGoMLX, nil
+		}
+		return TrainerNative, nil
+	case TrainerGoMLX:
+		return choice, nil
+	case TrainerNative:
+		if xla {
+			return "", fmt.Errorf("trainer native: runs on the CPU only, use gomlx (or leave it empty) on the xla backend: %w", ErrBackend)
+		}
+		return choice, nil
+	default:
+		return "", fmt.Errorf("trainer %q: want %q or %q", choice, TrainerNative, TrainerGoMLX)
+	}
+}
+
+// NativeTrainerState is a NativeTrainer's optimiser state, for exact
+// resumes: the steps taken and AdamW's moments, each one buffer over the
+// model's weights in checkpoint order.
+type NativeTrainerState struct {
+	Step int
+	M, V []float32
+}
+
+// State returns a copy of the optimiser state.
+func (t *NativeTrainer) State() NativeTrainerState {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return NativeTrainerState{Step: t.step, M: slices.Clone(t.adamM), V: slices.Clone(t.adamV)}
+}
+
+// SetState restores an optimiser state taken by State from a trainer of
+// the same architecture.
+func (t *NativeTrainer) SetState(s NativeTrainerState) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if s.Step < 0 || len(s.M) != len(t.adamM) || len(s.V) != len(t.adamV) {
+		return fmt.Errorf("native trainer: state of step %d with %d and %d moments, want %d each", s.Step, len(s.M), len(s.V), len(t.adamM))
+	}
+	t.step = s.Step
+	copy(t.adamM, s.M)
+	copy(t.adamV, s.V)
+	return nil
 }

@@ -54,6 +54,9 @@ type SFTConfig struct {
 	Arch      inference.ModelConfig   `json:"arch"`
 	VocabSize int                     `json:"vocab_size"`
 	Backend   inference.BackendConfig `json:"backend"`
+	// Trainer is "native" (the CPU trainer), "gomlx" (GoMLX's graph), or
+	// empty: native on the "go" backend, gomlx on "xla".
+	Trainer string `json:"trainer,omitempty"`
 	// Train is AdamW with warm-up. When Train.WarmupSteps is 0 the warm-up
 	// is WarmupShare of Steps (the paper's 10 %).
 	Train       inference.TrainConfig `json:"train"`
@@ -161,6 +164,9 @@ func (c SFTConfig) Validate() error {
 		return fmt.Errorf("sft config: %w", err)
 	}
 	if err := c.Backend.Validate(); err != nil {
+		return fmt.Errorf("sft config: %w", err)
+	}
+	if _, err := inference.ResolveTrainer(c.Trainer, c.Backend); err != nil {
 		return fmt.Errorf("sft config: %w", err)
 	}
 	return nil
@@ -380,10 +386,17 @@ type sftRun struct {
 	tokensPerSecond float64
 	before          Metrics
 	order           map[int][]int // instance order per epoch
+
+	// The run's trainer: native, or GoMLX's graph when native is nil.
+	trainer string
+	native  *inference.NativeTrainer
+	gomlx   *inference.Trainer
 }
 
 // checkpoint is a saved run: every variable of the model and its AdamW
-// state, and where the run was.
+// state, and where the run was. The GoMLX trainer's AdamW state is among
+// Vars; the native trainer's is Native. Trainer is empty in checkpoints
+// written before there were two trainers: they are GoMLX's.
 type checkpoint struct {
 	Step        int
 	Fingerprint string
@@ -392,6 +405,8 @@ type checkpoint struct {
 	Tokens      int64
 	Before      Metrics
 	Vars        []savedVar
+	Trainer     string
+	Native      *inference.NativeTrainerState
 }
 
 type savedVar struct {
@@ -409,16 +424,29 @@ const (
 )
 
 func (r *sftRun) train(ctx context.Context, ckpt *checkpoint) error {
-	tr, err := inference.NewTrainer(r.m, r.tc)
-	if err != nil {
+	var err error
+	if r.trainer, err = inference.ResolveTrainer(r.cfg.Trainer, r.m.BackendConfig()); err != nil {
 		return err
+	}
+	var trainStep func(inference.Batch) (float32, error)
+	if r.trainer == inference.TrainerNative {
+		if r.native, err = inference.NewNativeTrainer(r.m, r.tc); err != nil {
+			return err
+		}
+		defer r.native.Close()
+		trainStep = r.native.Step
+	} else {
+		if r.gomlx, err = inference.NewTrainer(r.m, r.tc); err != nil {
+			return err
+		}
+		trainStep = r.gomlx.Step
 	}
 	start := 0
 	if ckpt != nil {
 		if ckpt.Fingerprint != r.fingerprint {
 			return fmt.Errorf("resume %s at step %d: %w", r.runDir, ckpt.Step, ErrRunMismatch)
 		}
-		if err := r.restore(tr, ckpt); err != nil {
+		if err := r.restore(ckpt); err != nil {
 			return err
 		}
 		start, r.losses, r.tokens, r.before = ckpt.Step, ckpt.Losses, ckpt.Tokens, ckpt.Before
@@ -434,7 +462,7 @@ func (r *sftRun) train(ctx context.Context, ckpt *checkpoint) error {
 			return err
 		}
 		b := r.batch(step)
-		loss, err := tr.Step(b)
+		loss, err := trainStep(b)
 		if err != nil {
 			return fmt.Errorf("step %d: %w", step, err)
 		}
@@ -504,7 +532,11 @@ func (r *sftRun) batch(step int) inference.Batch {
 // save writes a checkpoint atomically and removes the oldest beyond
 // KeepCheckpoints.
 func (r *sftRun) save(step int) error {
-	ck := checkpoint{Step: step, Fingerprint: r.fingerprint, Arch: r.m.Config(), Losses: r.losses, Tokens: r.tokens, Before: r.before}
+	ck := checkpoint{Step: step, Fingerprint: r.fingerprint, Arch: r.m.Config(), Losses: r.losses, Tokens: r.tokens, Before: r.before, Trainer: r.trainer}
+	if r.native != nil {
+		st := r.native.State()
+		ck.Native = &st
+	}
 	for v := range r.m.Context().IterVariables() {
 		if !strings.HasPrefix(v.Scope(), "/model") && !strings.HasPrefix(v.Scope(), "/adamw") {
 			continue
@@ -544,15 +576,28 @@ func (r *sftRun) save(step int) error {
 	return nil
 }
 
-// restore puts a checkpoint's variables into the model. The Trainer's own
-// step counter, which drives the learning-rate schedule, cannot be set
-// through inference's API, so it is advanced first by steps whose loss has
-// no weight, and every variable they touched is then overwritten from the
-// checkpoint: the resumed run continues exactly where the saved one was.
-func (r *sftRun) restore(tr *inference.Trainer, ck *checkpoint) error {
+// restore puts a checkpoint's variables into the model and its optimiser
+// state into the trainer. The native trainer takes its state as it was;
+// GoMLX's Trainer's own step counter, which drives the learning-rate
+// schedule, cannot be set through inference's API, so it is advanced first
+// by steps whose loss has no weight, and every variable they touched is
+// then overwritten from the checkpoint: the resumed run continues exactly
+// where the saved one was.
+func (r *sftRun) restore(ck *checkpoint) error {
+	if saved := cmp.Or(ck.Trainer, inference.TrainerGoMLX); saved != r.trainer {
+		return fmt.Errorf("resume %s at step %d: saved by the %s trainer, this run uses %s: %w", r.runDir, ck.Step, saved, r.trainer, ErrRunMismatch)
+	}
+	if r.native != nil {
+		if ck.Native == nil {
+			return fmt.Errorf("resume %s at step %d: no native trainer state: %w", r.runDir, ck.Step, ErrRunMismatch)
+		}
+		if err := r.native.SetState(*ck.Native); err != nil {
+			return fmt.Errorf("resume: %w", err)
+		}
+	}
 	noop := inference.Batch{Tokens: [][]int{{0, 0}}, Weights: [][]float32{{0, 0}}}
-	for tr.Steps() < ck.Step {
-		if _, err := tr.Step(noop); err != nil {
+	for r.gomlx != nil && r.gomlx.Steps() < ck.Step {
+		if _, err := r.gomlx.Step(noop); err != nil {
 			return fmt.Errorf("resume: advance the schedule: %w", err)
 		}
 	}
