@@ -328,6 +328,7 @@ func (c *Cycle) RunOnce(ctx context.Context) (*CycleResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("at-grpo cycle: %w", err)
 	}
+	defer up.Close()
 	var gtEnv *rl.PlayerEnv
 	var gtPrompts []rl.Prompt
 	if c.cfg.Players.Size > 0 {

@@ -33,6 +33,9 @@ type UpdateConfig struct {
 	MiniBatch int `json:"mini_batch"`
 	// Train is the optimiser (AdamW): learning rate, clipping, decay.
 	Train inference.TrainConfig `json:"train"`
+	// Trainer is "native" (the CPU trainer), "gomlx" (GoMLX's graph), or
+	// empty: native on the "go" backend, gomlx on "xla".
+	Trainer string `json:"trainer,omitempty"`
 }
 
 // DefaultUpdateConfig returns the paper's update: ε=0.2, β=0.01, AdamW at
@@ -57,6 +60,9 @@ func (c UpdateConfig) Validate() error {
 		return fmt.Errorf("update config: mini batch %d must be positive", c.MiniBatch)
 	}
 	if err := c.Train.Validate(); err != nil {
+		return fmt.Errorf("update config: %w", err)
+	}
+	if _, err := inference.ResolveTrainer(c.Trainer, inference.DefaultBackendConfig()); err != nil {
 		return fmt.Errorf("update config: %w", err)
 	}
 	return nil
@@ -86,13 +92,17 @@ type UpdateStats struct {
 var ErrNoSamples = errors.New("rl: no samples to train on")
 
 // Updater applies the clipped-surrogate update with a k3 KL penalty to a
-// model's weights in place. It is not safe for concurrent use.
+// model's weights in place, with the native trainer (native, scoring the
+// reference policy with refNative on a frozen copy of the model) or with
+// GoMLX's graph (tr, scoring with score). It is not safe for concurrent use.
 type Updater struct {
 	m     *inference.Model
 	tr    *inference.Trainer
 	cfg   UpdateConfig
 	score *mlctx.Exec
 	mu    sync.Mutex
+
+	native, refNative *inference.NativeTrainer
 }
 
 // NewUpdater freezes the model's current weights as the reference policy
@@ -100,6 +110,13 @@ type Updater struct {
 func NewUpdater(m *inference.Model, cfg UpdateConfig) (*Updater, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	kind, err := inference.ResolveTrainer(cfg.Trainer, m.BackendConfig())
+	if err != nil {
+		return nil, fmt.Errorf("new updater: %w", err)
+	}
+	if kind == inference.TrainerNative {
+		return newNativeUpdater(m, cfg)
 	}
 	if _, err := m.CloneWeights(refScope); err != nil {
 		return nil, fmt.Errorf("new updater: %w", err)
@@ -118,6 +135,34 @@ func NewUpdater(m *inference.Model, cfg UpdateConfig) (*Updater, error) {
 	return &Updater{m: m, tr: tr, cfg: cfg, score: score}, nil
 }
 
+// newNativeUpdater freezes a copy of the model as the reference policy and
+// prepares the native trainer.
+func newNativeUpdater(m *inference.Model, cfg UpdateConfig) (*Updater, error) {
+	ref, err := m.Clone()
+	if err != nil {
+		return nil, fmt.Errorf("new updater: freeze the reference policy: %w", err)
+	}
+	refNative, err := inference.NewNativeTrainer(ref, cfg.Train)
+	if err != nil {
+		return nil, fmt.Errorf("new updater: %w", err)
+	}
+	native, err := inference.NewNativeTrainer(m, cfg.Train)
+	if err != nil {
+		refNative.Close()
+		return nil, fmt.Errorf("new updater: %w", err)
+	}
+	return &Updater{m: m, cfg: cfg, native: native, refNative: refNative}, nil
+}
+
+// Close stops the native trainer's goroutines; the Updater is not used
+// after.
+func (u *Updater) Close() {
+	if u.native != nil {
+		u.native.Close()
+		u.refNative.Close()
+	}
+}
+
 // Config returns the update configuration.
 func (u *Updater) Config() UpdateConfig { return u.cfg }
 
@@ -134,23 +179,13 @@ type packed struct {
 // that do not fit the model's context lose their oldest tokens.
 func (u *Updater) pack(samples []Sample, rows int) (packed, error) {
 	maxSeq := u.m.Config().MaxSeq
+	seqs, starts, err := u.sequences(samples)
+	if err != nil {
+		return packed{}, err
+	}
 	longest := 0
-	seqs := make([][]int, len(samples))
-	starts := make([]int, len(samples))
-	for i, s := range samples {
-		if len(s.Tokens) == 0 || len(s.Prompt) == 0 {
-			return packed{}, fmt.Errorf("pack sample %d: empty prompt or response", i)
-		}
-		if len(s.Tokens) >= maxSeq {
-			return packed{}, fmt.Errorf("pack sample %d: response of %d tokens: %w", i, len(s.Tokens), inference.ErrTooLong)
-		}
-		p := s.Prompt
-		if over := len(p) + len(s.Tokens) - (maxSeq + 1); over > 0 {
-			p = p[over:]
-		}
-		seqs[i] = append(append([]int(nil), p...), s.Tokens...)
-		starts[i] = len(p) - 1 // first input position whose target is a response token
-		longest = max(longest, len(seqs[i])-1)
+	for _, s := range seqs {
+		longest = max(longest, len(s)-1)
 	}
 	t := bucket(longest, maxSeq)
 	n := max(rows, len(samples))
@@ -176,6 +211,30 @@ func (u *Updater) pack(samples []Sample, rows int) (packed, error) {
 	}, nil
 }
 
+// sequences joins each sample's prompt and response, the prompt losing its
+// oldest tokens when the two do not fit the model's context, and returns
+// where each response starts: the first input position (log-prob index)
+// whose target is a response token.
+func (u *Updater) sequences(samples []Sample) (seqs [][]int, starts []int, err error) {
+	maxSeq := u.m.Config().MaxSeq
+	seqs, starts = make([][]int, len(samples)), make([]int, len(samples))
+	for i, s := range samples {
+		if len(s.Tokens) == 0 || len(s.Prompt) == 0 {
+			return nil, nil, fmt.Errorf("pack sample %d: empty prompt or response", i)
+		}
+		if len(s.Tokens) >= maxSeq {
+			return nil, nil, fmt.Errorf("pack sample %d: response of %d tokens: %w", i, len(s.Tokens), inference.ErrTooLong)
+		}
+		p := s.Prompt
+		if over := len(p) + len(s.Tokens) - (maxSeq + 1); over > 0 {
+			p = p[over:]
+		}
+		seqs[i] = append(append([]int(nil), p...), s.Tokens...)
+		starts[i] = len(p) - 1
+	}
+	return seqs, starts, nil
+}
+
 // bucket rounds a length up to a power of two from 16, capped at max, so
 // few graph shapes are compiled.
 func bucket(n, max int) int {
@@ -197,6 +256,9 @@ func (u *Updater) Update(ctx context.Context, samples []Sample, rng *rand.Rand) 
 		return UpdateStats{}, ErrNoSamples
 	}
 	order := rng.Perm(len(samples))
+	if u.native != nil {
+		return u.updateNative(ctx, samples, order)
+	}
 	type batch struct {
 		p        packed
 		old, ref *tensors.Tensor
@@ -313,6 +375,20 @@ func (u *Updater) sequenceLoss(ctx *mlctx.Context, x []*graph.Node) *graph.Node 
 func (u *Updater) LogProbs(samples []Sample) ([][]float32, error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	if u.native != nil {
+		seqs, starts, err := u.sequences(samples)
+		if err != nil {
+			return nil, err
+		}
+		lp, err := u.native.LogProbs(seqs)
+		if err != nil {
+			return nil, fmt.Errorf("score samples: %w", err)
+		}
+		for i := range lp {
+			lp[i] = lp[i][starts[i]:]
+		}
+		return lp, nil
+	}
 	p, err := u.pack(samples, 0)
 	if err != nil {
 		return nil, err

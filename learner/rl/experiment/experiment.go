@@ -472,6 +472,7 @@ func (e *env) run(ctx context.Context, v Variant, seed int) (Row, error) {
 		peak()
 		return row, err
 	}
+	defer up.Close()
 	uaEnv := rl.NewUserAgentEnv(e.ua, uint64(seed)*104729)
 	// Evaluations sample with fixed seeds (per seed index, not per step or
 	// variant): two evaluations differ only by the policy's weights.
