@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -116,8 +117,14 @@ func writeStatus(w io.Writer, st admin.RolloutStatus) error {
 	if s.Canary != "" {
 		fmt.Fprintf(tw, "canary\t%s at %d%%\n", s.Canary, s.CanaryWeight)
 	}
+	if len(s.Steps) > 0 {
+		fmt.Fprintf(tw, "steps\t%s, at step %d (%d players per arm to advance)\n", joinSteps(s.Steps), s.Step+1, s.MinStepPlayers)
+	}
 	if s.ExperimentID != "" {
-		fmt.Fprintf(tw, "experiment\t%s\n", s.ExperimentID)
+		fmt.Fprintf(tw, "experiment\t%s (salt %s, canary share %d%%)\n", s.ExperimentID, s.Salt, s.Split)
+	}
+	if s.PauseReason != "" {
+		fmt.Fprintf(tw, "paused because\t%s\n", s.PauseReason)
 	}
 	fmt.Fprintf(tw, "generation\t%d\n", s.Generation)
 	fmt.Fprintf(tw, "updated\t%s by %s\n", s.UpdatedAt.UTC().Format(time.RFC3339), s.UpdatedBy)
@@ -234,22 +241,55 @@ func writeDiff(w io.Writer, d admin.ModelDiff) error {
 }
 
 func newCtlCanaryCmd(f *ctlFlags) *cobra.Command {
-	var weight int
+	var weight, minStepPlayers int
+	var steps []int
 	var generation int64
+	var advance bool
+	var reason string
 	cmd := &cobra.Command{
-		Use:   "canary VERSION --weight N",
-		Short: "Start a canary of VERSION on N % of new players, or ramp the running one to N %",
-		Args:  cobra.ExactArgs(1),
+		Use:   "canary VERSION (--weight N | --steps 5,20,50) | canary --advance",
+		Short: "Start a canary of VERSION on N % of new players or through steps, ramp the running one, or advance it to its next step",
+		Long: `Start a canary of VERSION on N % of new players (--weight), or one that moves through
+rising weights (--steps 5,20,50): it starts at the first, and the learner's analysis advances
+it to the next once each arm has --min-step-players players in the step and the analysis holds
+(guardrails judged and not breached, sample ratio and assignment audit passing), when
+automatic promotion is on. --advance moves it to the next step by hand.
+
+Raising the weight of the running canary widens the experiment and moves nobody between
+arms; lowering it, or a new version, starts a new experiment with a new salt.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if advance {
+				return cobra.NoArgs(cmd, args)
+			}
+			if err := cobra.ExactArgs(1)(cmd, args); err != nil {
+				return err
+			}
+			if !cmd.Flags().Changed("weight") && !cmd.Flags().Changed("steps") {
+				return errors.New("one of --weight, --steps or --advance is required")
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			gen := optionalGeneration(cmd, generation)
+			if advance {
+				return ctlRun(f, func(ctx context.Context, c *admin.Client) (schema.RolloutChange, error) {
+					return c.Advance(ctx, admin.ChangeRequest{Generation: gen, Reason: reason})
+				}, writeChange)(cmd, args)
+			}
+			req := schema.CanaryRequest{Version: args[0], Weight: weight, Steps: steps, MinStepPlayers: minStepPlayers, Generation: gen}
 			return ctlRun(f, func(ctx context.Context, c *admin.Client) (schema.RolloutChange, error) {
-				return c.Canary(ctx, args[0], weight, gen)
+				return c.Canary(ctx, req)
 			}, writeChange)(cmd, args)
 		},
 	}
-	cmd.Flags().IntVar(&weight, "weight", 0, "percent of new players on the canary, 1-100")
-	cmd.Flags().Int64Var(&generation, "generation", 0, "only if the rollout is still at this generation")
-	_ = cmd.MarkFlagRequired("weight")
+	fl := cmd.Flags()
+	fl.IntVar(&weight, "weight", 0, "percent of new players on the canary, 1-100")
+	fl.IntSliceVar(&steps, "steps", nil, "rising weights the canary advances through, such as 5,20,50")
+	fl.IntVar(&minStepPlayers, "min-step-players", 0, "players each arm needs in a step before it advances automatically")
+	fl.BoolVar(&advance, "advance", false, "move the running canary to its next step")
+	fl.StringVar(&reason, "reason", "", "why, for the rollout history (--advance)")
+	fl.Int64Var(&generation, "generation", 0, "only if the rollout is still at this generation")
+	cmd.MarkFlagsMutuallyExclusive("weight", "steps", "advance")
 	return cmd
 }
 
@@ -288,11 +328,23 @@ func writeChange(w io.Writer, ch schema.RolloutChange) error {
 	if t.Canary != "" {
 		fmt.Fprintf(w, ", canary %s at %d%%", t.Canary, t.CanaryWeight)
 	}
+	if len(t.Steps) > 0 {
+		fmt.Fprintf(w, " (step %d of %s)", t.Step+1, joinSteps(t.Steps))
+	}
 	if t.ExperimentID != "" {
 		fmt.Fprintf(w, ", experiment %s", t.ExperimentID)
 	}
 	_, err := fmt.Fprintln(w)
 	return err
+}
+
+// joinSteps writes canary steps as "5→20→50%".
+func joinSteps(steps []int) string {
+	parts := make([]string, len(steps))
+	for i, w := range steps {
+		parts[i] = strconv.Itoa(w)
+	}
+	return strings.Join(parts, "→") + "%"
 }
 
 func newCtlReportCmd(f *ctlFlags) *cobra.Command {
@@ -305,6 +357,15 @@ func newCtlReportCmd(f *ctlFlags) *cobra.Command {
 			return ctlRun(f, func(ctx context.Context, c *admin.Client) (admin.ExperimentReport, error) {
 				return c.Report(ctx, experiment)
 			}, func(w io.Writer, r admin.ExperimentReport) error {
+				auto := "off"
+				if r.Guardrails.AutoPromote {
+					auto = "on"
+				}
+				fmt.Fprintf(w, "published by %s at %s (generation %d), automatic promotion %s\n",
+					r.By, r.At.UTC().Format(time.RFC3339), r.Generation, auto)
+				if r.Audit.Failed() {
+					fmt.Fprintf(w, "ASSIGNMENT AUDIT FAILED: %d of %d sessions on the wrong arm (%s)\n", r.Audit.Wrong, r.Audit.Checked, r.Audit.Example)
+				}
 				return abtest.WriteText(w, r.Report, &r.Decision)
 			})(cmd, args)
 		},

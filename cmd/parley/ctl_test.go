@@ -95,14 +95,17 @@ func TestCtlChanges(t *testing.T) {
 		wantErr string
 		want    string
 	}{
-		{[]string{"canary", "v2"}, `"weight" not set`, ""},
+		{[]string{"canary", "v2"}, "one of --weight, --steps or --advance is required", ""},
+		{[]string{"canary", "v2", "--weight", "5", "--steps", "5,20"}, "none of the others can be", ""},
+		{[]string{"canary", "--advance"}, "409 conflict", ""},
 		{[]string{"pause", "--generation", "1"}, "409 conflict", ""},
 		{[]string{"resume"}, "409 conflict", ""},
 		{[]string{"canary", "v2", "--weight", "50", "--generation", "2"}, "", "canary npc: canary → canary (generation 2 → 3) by ops-alice"},
 		{[]string{"pause", "--generation", "3", "--reason", "weekend"}, "", "pause npc: canary → paused (generation 3 → 4)"},
 		{[]string{"resume"}, "", "resume npc: paused → canary (generation 4 → 5)"},
 		{[]string{"promote", "--reason", "Avg.L up"}, "", "stable v2"},
-		{[]string{"canary", "v3", "--weight", "5"}, "", "canary v3 at 5%"},
+		{[]string{"canary", "v3", "--steps", "5,20,50", "--min-step-players", "100"}, "", "canary v3 at 5% (step 1 of 5→20→50%)"},
+		{[]string{"canary", "--advance", "--reason", "looks fine"}, "", "canary v3 at 20% (step 2 of 5→20→50%)"},
 		{[]string{"rollback"}, "", "canary → rolling_back"},
 		{[]string{"promote"}, "409 conflict", ""},
 	}
@@ -121,8 +124,8 @@ func TestCtlChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.State != schema.PhaseRollingBack || st.Stable != admintest.Canary || st.Generation != 8 {
-		t.Errorf("rollout after the CLI = %s stable %s generation %d; want rolling_back stable v2 generation 8", st.State, st.Stable, st.Generation)
+	if st.State != schema.PhaseRollingBack || st.Stable != admintest.Canary || st.Generation != 9 {
+		t.Errorf("rollout after the CLI = %s stable %s generation %d; want rolling_back stable v2 generation 9", st.State, st.Stable, st.Generation)
 	}
 }
 

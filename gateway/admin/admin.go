@@ -8,8 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"strconv"
-	"time"
 	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
@@ -37,24 +35,11 @@ type Config struct {
 	APIPath string
 	// HistoryLen is how many recent rollout changes GET /rollout returns.
 	HistoryLen int64
-	// Analysis and Guardrails configure the A/B report and its decision
-	// (the same settings as the learner's abtest.Watchdog, so the report
-	// shows what the watchdog would do).
-	Analysis   abtest.Config
-	Guardrails abtest.GuardrailConfig
-	// TimelineStep and TimelinePoints are the default spacing and the most
-	// points per arm of GET /timeline.
-	TimelineStep   time.Duration
-	TimelinePoints int
 }
 
 // DefaultConfig returns the settings for deployment and model "npc".
 func DefaultConfig() Config {
-	return Config{
-		Deployment: "npc", Model: "npc", APIPath: DefaultAPIPath, HistoryLen: 20,
-		Analysis: abtest.DefaultConfig(), Guardrails: abtest.DefaultGuardrailConfig(),
-		TimelineStep: time.Minute, TimelinePoints: 120,
-	}
+	return Config{Deployment: "npc", Model: "npc", APIPath: DefaultAPIPath, HistoryLen: 20}
 }
 
 // Validate reports the first setting out of range.
@@ -66,21 +51,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("admin config: api path %q must start with /", c.APIPath)
 	case c.HistoryLen < 1:
 		return fmt.Errorf("admin config: history length %d must be at least 1", c.HistoryLen)
-	case c.TimelineStep <= 0:
-		return fmt.Errorf("admin config: timeline step %v must be positive", c.TimelineStep)
-	case c.TimelinePoints < 2:
-		return fmt.Errorf("admin config: timeline points %d must be at least 2", c.TimelinePoints)
 	}
-	return errors.Join(c.Analysis.Validate(), c.Guardrails.Validate())
+	return nil
 }
-
-// SessionSource gives the session summaries of an experiment;
-// *abtest.Collector implements it.
-type SessionSource interface {
-	Sessions(experimentID string) []abtest.Session
-}
-
-var _ SessionSource = (*abtest.Collector)(nil)
 
 // Deps are the parts an API reads and changes.
 type Deps struct {
@@ -88,25 +61,21 @@ type Deps struct {
 	Registry registry.Store
 	// Curves gives candidates' training curves; nil: none are shown.
 	Curves CurveSource
-	// Sessions feeds the A/B report and timeline; nil: they answer 503.
-	Sessions SessionSource
 	// Caller names the authenticated caller of a request (the client id of
 	// its API key); it is recorded as who made a rollout change.
 	Caller func(echo.Context) string
-	// Now is the clock of reports (time.Now when nil).
-	Now    func() time.Time
 	Logger *slog.Logger
 }
 
-// API serves the admin API and the dashboard.
+// API serves the admin API and the dashboard. The A/B report and timeline
+// are the ones the learner's analysis (abtest.Owner) published in Redis:
+// no gateway analyses the experiment itself.
 type API struct {
 	cfg      Config
 	rollout  *rollout.Client
 	registry registry.Store
 	curves   CurveSource
-	sessions SessionSource
 	caller   func(echo.Context) string
-	now      func() time.Time
 	log      *slog.Logger
 }
 
@@ -120,10 +89,7 @@ func New(cfg Config, deps Deps) (*API, error) {
 	}
 	a := &API{
 		cfg: cfg, rollout: deps.Rollout, registry: deps.Registry, curves: deps.Curves,
-		sessions: deps.Sessions, caller: deps.Caller, now: deps.Now, log: deps.Logger,
-	}
-	if a.now == nil {
-		a.now = time.Now
+		caller: deps.Caller, log: deps.Logger,
 	}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
@@ -143,6 +109,7 @@ type Routes interface {
 func (a *API) Register(g Routes) {
 	g.GET("/rollout", a.getRollout)
 	g.POST("/rollout/canary", a.canary)
+	g.POST("/rollout/advance", a.change(rollout.ActionAdvance))
 	g.POST("/rollout/promote", a.change(rollout.ActionPromote))
 	g.POST("/rollout/rollback", a.change(rollout.ActionRollback))
 	g.POST("/rollout/pause", a.change(rollout.ActionPause))
@@ -164,7 +131,8 @@ type RolloutStatus struct {
 	History []schema.RolloutChange `json:"history"`
 }
 
-// ChangeRequest is the optional body of promote, rollback, pause and resume.
+// ChangeRequest is the optional body of advance, promote, rollback, pause
+// and resume.
 type ChangeRequest struct {
 	// Generation, when set, makes the change a compare-and-set: it fails
 	// with 409 if the rollout has moved on from this generation.
@@ -193,11 +161,12 @@ type ModelDiff struct {
 	Metrics []registry.MetricDiff `json:"metrics"`
 }
 
-// ExperimentReport answers GET /report: the A/B report and what the
-// guardrails and the sequential test recommend.
+// ExperimentReport answers GET /report: the last A/B analysis the
+// learner published — the report, what the guardrails and the sequential
+// test recommend, the assignment audit, the settings it runs with (auto
+// promotion among them) and what it did.
 type ExperimentReport struct {
-	Report   abtest.Report   `json:"report"`
-	Decision abtest.Decision `json:"decision"`
+	abtest.Published
 }
 
 // Timeline answers GET /timeline: each arm's cumulative Avg.L with its
@@ -259,7 +228,8 @@ func (a *API) canary(c echo.Context) error {
 		return registryError(err)
 	}
 	return a.apply(c, rollout.Request{
-		Action: rollout.ActionCanary, Version: req.Version, Weight: req.Weight, Generation: req.Generation,
+		Action: rollout.ActionCanary, Version: req.Version, Weight: req.Weight, Steps: req.Steps,
+		MinStepPlayers: req.MinStepPlayers, Generation: req.Generation,
 	})
 }
 
@@ -347,60 +317,44 @@ func (a *API) getCurves(c echo.Context) error {
 	return c.JSON(http.StatusOK, cv)
 }
 
-// experiment returns the ?experiment= of a request, or the experiment of
-// the deployment's current (or last rolled back) canary.
-func (a *API) experiment(c echo.Context) (string, error) {
-	if a.sessions == nil {
-		return "", echo.NewHTTPError(http.StatusServiceUnavailable, "this gateway has no source of experiment sessions")
+// published returns the analysis the learner last published for the
+// deployment, which must be of the ?experiment= of the request when one is
+// named.
+func (a *API) published(c echo.Context) (abtest.Published, error) {
+	var pub abtest.Published
+	d := a.deployment(c)
+	if err := a.rollout.ReadReport(c.Request().Context(), d, &pub); err != nil {
+		if errors.Is(err, rollout.ErrNotFound) {
+			return pub, echo.NewHTTPError(http.StatusNotFound,
+				fmt.Sprintf("no A/B analysis of deployment %s has been published: the learner publishes one while a canary runs", d)).SetInternal(err)
+		}
+		return pub, err
 	}
-	if id := c.QueryParam("experiment"); id != "" {
-		return id, nil
+	if id := c.QueryParam("experiment"); id != "" && id != pub.ExperimentID {
+		return pub, echo.NewHTTPError(http.StatusNotFound,
+			fmt.Sprintf("the published analysis is of experiment %s, not %s", pub.ExperimentID, id))
 	}
-	st, err := a.rollout.Get(c.Request().Context(), a.deployment(c))
-	if err != nil {
-		return "", rolloutError(err)
-	}
-	if st.ExperimentID == "" {
-		return "", echo.NewHTTPError(http.StatusNotFound,
-			fmt.Sprintf("deployment %s runs no experiment; name one with ?experiment=", st.Deployment))
-	}
-	return st.ExperimentID, nil
+	return pub, nil
 }
 
 func (a *API) report(c echo.Context) error {
-	id, err := a.experiment(c)
+	pub, err := a.published(c)
 	if err != nil {
 		return err
 	}
-	rep, err := abtest.Analyze(id, a.sessions.Sessions(id), a.cfg.Analysis, a.now())
-	if err != nil {
-		return fmt.Errorf("analyze experiment %q: %w", id, err)
-	}
-	return c.JSON(http.StatusOK, ExperimentReport{Report: rep, Decision: abtest.Decide(rep, a.cfg.Guardrails)})
+	return c.JSON(http.StatusOK, ExperimentReport{Published: pub})
 }
 
 func (a *API) timeline(c echo.Context) error {
-	id, err := a.experiment(c)
+	pub, err := a.published(c)
 	if err != nil {
 		return err
 	}
-	step := a.cfg.TimelineStep
-	if s := c.QueryParam("step"); s != "" {
-		if step, err = time.ParseDuration(s); err != nil || step <= 0 {
-			return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("step %q is not a positive duration such as 30s or 5m", s))
-		}
-	}
-	points := a.cfg.TimelinePoints
-	if s := c.QueryParam("points"); s != "" {
-		if points, err = strconv.Atoi(s); err != nil || points < 2 || points > 10000 {
-			return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("points %q must be a number from 2 to 10000", s))
-		}
-	}
-	pts := abtest.Timeline(a.sessions.Sessions(id), step, a.now(), points)
+	pts := pub.Timeline
 	if pts == nil {
 		pts = []abtest.Point{}
 	}
-	return c.JSON(http.StatusOK, Timeline{ExperimentID: id, Points: pts})
+	return c.JSON(http.StatusOK, Timeline{ExperimentID: pub.ExperimentID, Points: pts})
 }
 
 // bindJSON decodes a request body into v, rejecting unknown fields; an

@@ -125,8 +125,10 @@ func TestErrors(t *testing.T) {
 		{"stale generation", "POST", "/rollout/pause", admintest.Key, `{"generation":1}`, 409, "conflict"},
 		{"resume while canary", "POST", "/rollout/resume", admintest.Key, "", 409, "conflict"},
 		{"not json", "POST", "/rollout/pause", admintest.Key, `{generation`, 400, "bad_request"},
-		{"bad timeline step", "GET", "/timeline?step=-1s", admintest.Key, "", 400, "bad_request"},
+		{"advance without steps", "POST", "/rollout/advance", admintest.Key, "", 409, "conflict"},
+		{"canary steps falling", "POST", "/rollout/canary", admintest.Key, `{"version":"v3","steps":[20,5]}`, 400, "bad_request"},
 		{"no experiment", "GET", "/report?deployment=elsewhere", admintest.Key, "", 404, "not_found"},
+		{"report of another experiment", "GET", "/report?experiment=old", admintest.Key, "", 404, "not_found"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -163,7 +165,8 @@ func TestErrors(t *testing.T) {
 }
 
 // TestChanges walks a canary through ramp, pause, resume and promote, each
-// recorded with the caller, then rolls back a new canary.
+// recorded with the caller, then advances a new stepped canary and rolls it
+// back.
 func TestChanges(t *testing.T) {
 	ctx := context.Background()
 	env := admintest.Start(t)
@@ -175,7 +178,7 @@ func TestChanges(t *testing.T) {
 		state schema.RolloutPhase
 		check func(schema.RolloutState) bool
 	}{
-		{"ramp", func() (schema.RolloutChange, error) { return cl.Canary(ctx, admintest.Canary, 50, gen(2)) },
+		{"ramp", func() (schema.RolloutChange, error) { return cl.Canary(ctx, schema.CanaryRequest{Version: admintest.Canary, Weight: 50, Generation: gen(2)}) },
 			schema.PhaseCanary, func(s schema.RolloutState) bool { return s.CanaryWeight == 50 && s.ExperimentID == env.ExperimentID }},
 		{"pause", func() (schema.RolloutChange, error) { return cl.Pause(ctx, admin.ChangeRequest{}) },
 			schema.PhasePaused, func(s schema.RolloutState) bool { return s.CanaryWeight == 50 }},
@@ -183,10 +186,14 @@ func TestChanges(t *testing.T) {
 			schema.PhaseCanary, func(s schema.RolloutState) bool { return true }},
 		{"promote", func() (schema.RolloutChange, error) { return cl.Promote(ctx, admin.ChangeRequest{Reason: "Avg.L up"}) },
 			schema.PhaseSteady, func(s schema.RolloutState) bool { return s.Stable == admintest.Canary && s.Canary == "" }},
-		{"new canary", func() (schema.RolloutChange, error) { return cl.Canary(ctx, admintest.Candidate, 10, nil) },
+		{"new canary", func() (schema.RolloutChange, error) {
+			return cl.Canary(ctx, schema.CanaryRequest{Version: admintest.Candidate, Steps: []int{10, 30}, MinStepPlayers: 50})
+		},
 			schema.PhaseCanary, func(s schema.RolloutState) bool {
-				return s.Canary == admintest.Candidate && s.ExperimentID != env.ExperimentID
+				return s.Canary == admintest.Candidate && s.ExperimentID != env.ExperimentID && s.CanaryWeight == 10 && s.MinStepPlayers == 50
 			}},
+		{"advance", func() (schema.RolloutChange, error) { return cl.Advance(ctx, admin.ChangeRequest{Generation: gen(7)}) },
+			schema.PhaseCanary, func(s schema.RolloutState) bool { return s.CanaryWeight == 30 && s.Step == 1 }},
 		{"rollback", func() (schema.RolloutChange, error) { return cl.Rollback(ctx, admin.ChangeRequest{Reason: "latency"}) },
 			schema.PhaseRollingBack, func(s schema.RolloutState) bool { return s.CanaryWeight == 0 && s.Stable == admintest.Canary }},
 	}
@@ -203,8 +210,8 @@ func TestChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := len(st.History); n != 8 || st.History[n-1].Reason != "latency" {
-		t.Errorf("history has %d changes, last %+v; want 8 ending with the rollback for latency", n, st.History[n-1])
+	if n := len(st.History); n != 9 || st.History[n-1].Reason != "latency" {
+		t.Errorf("history has %d changes, last %+v; want 9 ending with the rollback for latency", n, st.History[n-1])
 	}
 }
 

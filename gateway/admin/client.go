@@ -46,12 +46,16 @@ func (c *Client) Rollout(ctx context.Context) (RolloutStatus, error) {
 	return out, c.do(ctx, http.MethodGet, "/rollout", nil, nil, &out)
 }
 
-// Canary starts or ramps a canary of version at weight percent; generation,
-// when not nil, makes it a compare-and-set.
-func (c *Client) Canary(ctx context.Context, version string, weight int, generation *int64) (schema.RolloutChange, error) {
+// Canary starts or ramps a canary (a version at a weight, or through
+// steps); req.Generation, when not nil, makes it a compare-and-set.
+func (c *Client) Canary(ctx context.Context, req schema.CanaryRequest) (schema.RolloutChange, error) {
 	var out schema.RolloutChange
-	body := schema.CanaryRequest{Version: version, Weight: weight, Generation: generation}
-	return out, c.do(ctx, http.MethodPost, "/rollout/canary", nil, body, &out)
+	return out, c.do(ctx, http.MethodPost, "/rollout/canary", nil, req, &out)
+}
+
+// Advance moves a stepped canary to its next step, by hand.
+func (c *Client) Advance(ctx context.Context, req ChangeRequest) (schema.RolloutChange, error) {
+	return c.change(ctx, "advance", req)
 }
 
 // Promote makes the canary stable.
@@ -103,7 +107,8 @@ func (c *Client) Diff(ctx context.Context, a, b string) (ModelDiff, error) {
 	return out, c.do(ctx, http.MethodGet, "/models/diff", url.Values{"a": {a}, "b": {b}}, nil, &out)
 }
 
-// Report returns the A/B report of an experiment ("": the current one).
+// Report returns the A/B analysis the learner last published ("": whichever
+// experiment it is of; else it must be of experimentID).
 func (c *Client) Report(ctx context.Context, experimentID string) (ExperimentReport, error) {
 	var out ExperimentReport
 	return out, c.do(ctx, http.MethodGet, "/report", experimentQuery(experimentID), nil, &out)

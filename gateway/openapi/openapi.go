@@ -64,7 +64,7 @@ func operations() []operation {
 		"the first request with a new id starts it for the player named by user. Without it, a request with user is logged as a session of one exchange."}
 	deployment := param{"deployment", "query", "The deployment (the gateway's own when left out)."}
 	model := param{"model", "query", "The model name in the registry (the configured one when left out)."}
-	experiment := param{"experiment", "query", "The experiment id (the running canary's when left out)."}
+	experiment := param{"experiment", "query", "The experiment id the published analysis must be of (any when left out)."}
 	change := func(action, summary string) operation {
 		return operation{method: http.MethodPost, path: "/admin/v1/rollout/" + action, id: action + "Rollout", tag: tagAdmin, summary: summary,
 			auth: adminKey, params: []param{deployment}, request: admin.ChangeRequest{}, optionalBody: true, status: http.StatusOK,
@@ -99,8 +99,9 @@ func operations() []operation {
 			auth: adminKey, status: http.StatusOK, response: gateway.AdminStatus{}},
 		{method: http.MethodGet, path: "/admin/v1/rollout", id: "getRollout", tag: tagAdmin, summary: "The rollout state, the fleet and recent changes",
 			auth: adminKey, params: []param{deployment}, status: http.StatusOK, response: admin.RolloutStatus{}},
-		{method: http.MethodPost, path: "/admin/v1/rollout/canary", id: "startCanary", tag: tagAdmin, summary: "Start a canary of a version",
+		{method: http.MethodPost, path: "/admin/v1/rollout/canary", id: "startCanary", tag: tagAdmin, summary: "Start a canary of a version at a weight or through steps, or ramp the running one",
 			auth: adminKey, params: []param{deployment}, request: schema.CanaryRequest{}, status: http.StatusOK, response: schema.RolloutChange{}},
+		change("advance", "Move a stepped canary to its next step"),
 		change("promote", "Promote the canary to stable"),
 		change("rollback", "Roll the canary back"),
 		change("pause", "Pause the rollout"),
@@ -114,11 +115,10 @@ func operations() []operation {
 			auth: adminKey, params: []param{{"version", "path", "The version."}, model}, status: http.StatusOK, response: schema.Manifest{}},
 		{method: http.MethodGet, path: "/admin/v1/models/{version}/curves", id: "getModelCurves", tag: tagAdmin, summary: "A version's training curves",
 			auth: adminKey, params: []param{{"version", "path", "The version."}, model}, status: http.StatusOK, response: schema.Curves{}},
-		{method: http.MethodGet, path: "/admin/v1/report", id: "experimentReport", tag: tagAdmin, summary: "The A/B report of an experiment and the recommended decision",
+		{method: http.MethodGet, path: "/admin/v1/report", id: "experimentReport", tag: tagAdmin, summary: "The A/B analysis the learner last published: report, decision, audit and settings",
 			auth: adminKey, params: []param{experiment, deployment}, status: http.StatusOK, response: admin.ExperimentReport{}},
 		{method: http.MethodGet, path: "/admin/v1/timeline", id: "experimentTimeline", tag: tagAdmin, summary: "Each arm's cumulative score over time",
-			auth: adminKey, params: []param{experiment, deployment, {"step", "query", "The time step (a Go duration)."}, {"points", "query", "The number of points."}},
-			status: http.StatusOK, response: admin.Timeline{}},
+			auth: adminKey, params: []param{experiment, deployment}, status: http.StatusOK, response: admin.Timeline{}},
 	}
 }
 

@@ -1,8 +1,9 @@
 // Package gatewayd assembles one gateway process from its parts: the model
 // registry, the pool of resident policy versions that follows the rollout
 // state in Redis, the Kafka session logger with its spool, the HTTP server,
-// the admin API with its dashboard, and the A/B collector that follows the
-// session events. `parley gateway` and `parley dev` both run it.
+// and the admin API with its dashboard (which shows the A/B analysis the
+// learner publishes in Redis: no gateway reads the sessions topic).
+// `parley gateway` and `parley dev` both run it.
 package gatewayd
 
 import (
@@ -22,7 +23,6 @@ import (
 	"github.com/parleyhq/parley/internal/redisconn"
 	"github.com/parleyhq/parley/internal/telemetry"
 	"github.com/parleyhq/parley/rollout"
-	"github.com/parleyhq/parley/rollout/abtest"
 )
 
 // Config is everything one gateway process needs.
@@ -136,10 +136,9 @@ func Run(ctx context.Context, cfg Config, tel *telemetry.Telemetry) error {
 	if err != nil {
 		return errors.Join(err, events.Close(), pool.Close())
 	}
-	collector := abtest.NewCollector()
 	api, err := admin.New(cfg.Admin, admin.Deps{
 		Rollout: rc, Registry: reg, Curves: admin.LocalCurves{Registry: reg},
-		Sessions: collector, Caller: gateway.Caller, Logger: log,
+		Caller: gateway.Caller, Logger: log,
 	})
 	if err != nil {
 		return errors.Join(err, events.Close(), pool.Close())
@@ -163,11 +162,6 @@ func Run(ctx context.Context, cfg Config, tel *telemetry.Telemetry) error {
 	})
 	background("fleet heartbeat", func(ctx context.Context) error {
 		return rc.RunHeartbeat(ctx, func() rollout.Instance { return pool.Status().Instance(cfg.Gateway.Deployment, cfg.Instance) })
-	})
-	background("a/b follower", func(ctx context.Context) error {
-		return abtest.Follow(ctx, abtest.FollowConfig{
-			Brokers: cfg.SessionLog.Brokers, Topic: cfg.SessionLog.Topic,
-		}, collector, log)
 	})
 
 	err = srv.Run(ctx)

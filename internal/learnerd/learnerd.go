@@ -1,9 +1,11 @@
 // Package learnerd assembles one learner process: the learner (session
 // consumer, store and user-agent refresh), the periodic AT-GRPO cycle when
-// enabled, and, when Redis is configured, the
-// A/B watchdog that follows the session events and rolls a canary back on
-// a guardrail breach (or promotes it, when enabled). `parley learner` and
-// `parley dev` both run it.
+// enabled, and, when Redis is configured, the deployment's one A/B analysis
+// (abtest.Owner): it reads the session events as its own consumer group,
+// rolls a canary back on a guardrail breach, holds it on a sample ratio
+// mismatch or a failed assignment audit, advances its steps or promotes it
+// (when enabled), and publishes the report every gateway's dashboard shows.
+// `parley learner` and `parley dev` both run it.
 package learnerd
 
 import (
@@ -35,6 +37,9 @@ type Config struct {
 	RedisCluster    bool
 	KeyPrefix       string
 	Watchdog        abtest.WatchdogConfig
+	// AnalysisGroup is the consumer group the A/B analysis reads the
+	// sessions topic in; its checkpoint is DataDir/abtest.json.
+	AnalysisGroup string
 	// Cycle configures the periodic AT-GRPO cycle, run when CycleEnabled.
 	// It starts from the rollout's stable version of Watchdog.Deployment
 	// when Redis is given, else from the registry's newest version.
@@ -48,7 +53,7 @@ type Config struct {
 // DefaultConfig runs the learner with its defaults and no watchdog.
 func DefaultConfig() Config {
 	return Config{Learner: learner.DefaultConfig(), KeyPrefix: "parley:", Watchdog: abtest.DefaultWatchdogConfig(),
-		Cycle: learner.DefaultCycleConfig(), CycleEnabled: true}
+		AnalysisGroup: "parley-abtest", Cycle: learner.DefaultCycleConfig(), CycleEnabled: true}
 }
 
 func (c Config) redis() redisconn.Config {
@@ -74,9 +79,20 @@ func (c Config) Validate() error {
 		}
 	}
 	if c.RedisAddr != "" {
-		return errors.Join(c.redis().Validate(), c.Watchdog.Validate())
+		return errors.Join(c.redis().Validate(), c.analysis().Validate())
 	}
 	return nil
+}
+
+// analysis configures the A/B analysis owner.
+func (c Config) analysis() abtest.OwnerConfig {
+	return abtest.OwnerConfig{
+		Watchdog: c.Watchdog,
+		Follow: abtest.FollowConfig{Brokers: c.Learner.Consumer.Brokers, Topic: c.Learner.Consumer.Topic,
+			GroupID: c.AnalysisGroup, CheckpointEvery: 5 * time.Second},
+		Checkpoint:   filepath.Join(c.Learner.DataDir, "abtest.json"),
+		TimelineStep: time.Minute, TimelinePoints: 120,
+	}
 }
 
 // Run runs the learner (with the AT-GRPO cycle and the watchdog, when
@@ -153,19 +169,13 @@ func Run(ctx context.Context, cfg Config, tel *telemetry.Telemetry) error {
 		wg.Go(func() { errs[3] = cycle.Run(ctx) })
 	}
 	if rc != nil {
-		collector := abtest.NewCollector()
-		wd, err := abtest.NewWatchdog(cfg.Watchdog, rc, collector.Sessions, log.With("part", "watchdog"))
+		owner, err := abtest.NewOwner(cfg.analysis(), rc, abtest.NewCollector(), log.With("part", "watchdog"))
 		if err != nil {
 			cancel()
 			wg.Wait()
 			return errors.Join(err, errs[0])
 		}
-		wg.Go(func() {
-			errs[1] = abtest.Follow(ctx, abtest.FollowConfig{
-				Brokers: cfg.Learner.Consumer.Brokers, Topic: cfg.Learner.Consumer.Topic,
-			}, collector, log)
-		})
-		wg.Go(func() { errs[2] = wd.Run(ctx) })
+		wg.Go(func() { errs[1] = owner.Run(ctx) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {

@@ -103,11 +103,13 @@ func Start(t testing.TB) *Env {
 	}
 
 	col := abtest.NewCollector()
-	SeedSessions(col, ch.To.ExperimentID, time.Now().UTC(), 160, 40)
+	now := time.Now().UTC()
+	SeedSessions(col, ch.To.ExperimentID, now, 160, 40)
+	PublishAnalysis(t, rc, ch.To, col, now)
 
 	cfg := admin.DefaultConfig()
 	api, err := admin.New(cfg, admin.Deps{
-		Rollout: rc, Registry: reg, Curves: admin.LocalCurves{Registry: reg}, Sessions: col,
+		Rollout: rc, Registry: reg, Curves: admin.LocalCurves{Registry: reg},
 		Caller: func(c echo.Context) string { s, _ := c.Get("client").(string); return s },
 	})
 	if err != nil {
@@ -123,6 +125,28 @@ func Start(t testing.TB) *Env {
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
 	return &Env{URL: srv.URL, Redis: r, Rollout: rc, Registry: reg, Sessions: col, API: api, ExperimentID: ch.To.ExperimentID}
+}
+
+// PublishAnalysis publishes an analysis of st's experiment over col's
+// sessions at now, as the learner's abtest.Owner would (with the default
+// settings, automatic promotion off), without acting on it.
+func PublishAnalysis(t testing.TB, rc *rollout.Client, st schema.RolloutState, col *abtest.Collector, now time.Time) abtest.Published {
+	t.Helper()
+	sessions := col.Sessions(st.ExperimentID)
+	acfg := abtest.DefaultConfig()
+	acfg.CanaryShare = float64(CanaryWeight) / 100 // SeedSessions splits by the weight
+	rep, err := abtest.Analyze(st.ExperimentID, sessions, acfg, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := abtest.DefaultGuardrailConfig()
+	pub := abtest.Published{Deployment: st.Deployment, ExperimentID: st.ExperimentID, Generation: st.Generation,
+		At: now, By: "learner/test", Guardrails: g, Report: rep, Decision: abtest.Decide(rep, g),
+		Timeline: abtest.Timeline(sessions, time.Minute, now, 120)}
+	if err := rc.PublishReport(context.Background(), st.Deployment, pub); err != nil {
+		t.Fatal(err)
+	}
+	return pub
 }
 
 // BearerAuth admits requests whose bearer key is in keys and sets the
