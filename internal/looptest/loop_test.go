@@ -150,7 +150,7 @@ func TestClosedLoop(t *testing.T) {
 	// The watchdog judges the guardrails once each arm has a fair share of
 	// the A/B phase, then may roll back before the test decides.
 	lc.Watchdog.Interval = 5 * time.Second
-	lc.Watchdog.Guardrails.MinSessions = abSessions / 3
+	lc.Watchdog.Guardrails.MinPlayers = abSessions / 3
 	cy := &lc.Cycle
 	cy.EverySessions, cy.Every, cy.Poll = cycleSessions, 0, 300*time.Millisecond
 	cy.RL.Tree.W, cy.RL.Tree.Width, cy.RL.Tree.Depth = 3, 2, 3
@@ -310,7 +310,7 @@ func TestClosedLoop(t *testing.T) {
 	}
 	if st.State == schema.PhaseCanary {
 		g := abtest.DefaultGuardrailConfig()
-		g.AutoPromote, g.MinSessions, g.MinPromoteSessions = true, 20, 20
+		g.AutoPromote, g.MinPlayers, g.MinPromotePlayers = true, 20, 20
 		dec := abtest.Decide(rep, g)
 		t.Logf("decision: %s (%s)", dec.Verdict, dec.Reason)
 		switch dec.Verdict {

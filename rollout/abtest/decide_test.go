@@ -53,7 +53,7 @@ func TestDecide(t *testing.T) {
 	guard := DefaultGuardrailConfig()
 	promoting := guard
 	promoting.AutoPromote = true
-	promoting.MinPromoteSessions = 100
+	promoting.MinPromotePlayers = 100
 
 	tests := []struct {
 		name     string
@@ -75,27 +75,29 @@ func TestDecide(t *testing.T) {
 			for k := range s.Exchanges {
 				s.Exchanges[k].LatencyMS *= 3
 			}
-		})), guard, Rollback, "p95_latency_ms"},
+		})), guard, Rollback, "slow_exchange_rate"},
 		{"early termination", population(300, inWindow, same, onCanary(func(i int, s *Session) {
 			if i%4 == 0 {
 				s.Turns, s.Exchanges = 1, s.Exchanges[:1]
 			}
 		})), guard, Rollback, "early_termination_rate"},
 		{"safety refusals", population(300, inWindow, same, onCanary(func(i int, s *Session) {
-			if i%10 == 0 {
+			if i%3 == 0 {
 				s.Exchanges[0].Safety = schema.SafetyRefused
 			}
 		})), guard, Rollback, "safety_refusal_rate"},
-		{"breach before the window", population(300, now.Add(-2*time.Hour), same, onCanary(func(i int, s *Session) {
+		{"breach on too few players", population(20, inWindow, same, onCanary(func(i int, s *Session) {
 			s.Reason = schema.EndError
 		})), guard, Hold, ""},
-		{"breach on too few sessions", population(20, inWindow, same, onCanary(func(i int, s *Session) {
-			s.Reason = schema.EndError
-		})), guard, Hold, ""},
+		{"worse Avg.L rolls back", population(300, inWindow, func(arm string, i int) int {
+			return better(map[string]string{schema.ArmStable: schema.ArmCanary, schema.ArmCanary: schema.ArmStable}[arm], i)
+		}, nil), guard, Rollback, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r, err := Analyze("e1", tt.sessions, DefaultConfig(), now)
+			cfg := DefaultConfig()
+			cfg.CanaryShare = 0.5
+			r, err := Analyze("e1", tt.sessions, cfg, now)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -61,12 +61,15 @@ func fixtureSessions() []Session {
 }
 
 func fixtureConfig() Config {
-	return Config{Alpha: 0.05, MixtureSD: 0.5, SeqMinSessions: 5, GuardrailWindow: 10 * time.Minute}
+	return Config{Alpha: 0.05, MixtureSD: 0.5, SeqMinPlayers: 5, GuardrailAlpha: 0.02}
 }
 
 // TestAnalyzeMatchesReference checks every statistic against the values
 // printed by `/usr/bin/python3 rollout/abtest/testdata/reference.py`
-// (scipy 1.10.1 and numpy 1.24.2 from Debian bookworm's python3-scipy).
+// (scipy 1.10.1 and numpy 1.24.2 from Debian bookworm's python3-scipy) and,
+// for the one-look mSPRT, by testdata/player_level.py. Each fixture player
+// plays one session, so the player-level (delta-method) statistics equal
+// the session-level ones scipy computes.
 func TestAnalyzeMatchesReference(t *testing.T) {
 	now := t0.Add(time.Duration(len(fixtureData)) * time.Minute)
 	r, err := Analyze("e1", fixtureSessions(), fixtureConfig(), now)
@@ -81,23 +84,23 @@ func TestAnalyzeMatchesReference(t *testing.T) {
 		// stable L: n=15 mean=4.933333333333334 sd=2.1865389045137933 lo=3.7224684481006225 hi=6.144198218566045
 		{"stable AvgL.N", float64(r.Stable.AvgL.N), 15},
 		{"stable AvgL.Mean", r.Stable.AvgL.Mean, 4.933333333333334},
-		{"stable AvgL.SD", r.Stable.AvgL.SD, 2.1865389045137933},
+		{"stable AvgL.SE", r.Stable.AvgL.SE, 2.1865389045137933 / math.Sqrt(15)},
 		{"stable AvgL.Lo", r.Stable.AvgL.Lo, 3.7224684481006225},
 		{"stable AvgL.Hi", r.Stable.AvgL.Hi, 6.144198218566045},
 		// stable R: n=15 mean=1.8933333333333335 sd=1.0208306608322646 lo=1.3280161563011903 hi=2.4586505103654765
 		{"stable AvgR.Mean", r.Stable.AvgR.Mean, 1.8933333333333335},
-		{"stable AvgR.SD", r.Stable.AvgR.SD, 1.0208306608322646},
+		{"stable AvgR.SE", r.Stable.AvgR.SE, 1.0208306608322646 / math.Sqrt(15)},
 		{"stable AvgR.Lo", r.Stable.AvgR.Lo, 1.3280161563011903},
 		{"stable AvgR.Hi", r.Stable.AvgR.Hi, 2.4586505103654765},
 		// canary L: n=18 mean=7.5 sd=1.9478494929174643 lo=6.5313572356224885 hi=8.468642764377512
 		{"canary AvgL.N", float64(r.Canary.AvgL.N), 18},
 		{"canary AvgL.Mean", r.Canary.AvgL.Mean, 7.5},
-		{"canary AvgL.SD", r.Canary.AvgL.SD, 1.9478494929174643},
+		{"canary AvgL.SE", r.Canary.AvgL.SE, 1.9478494929174643 / math.Sqrt(18)},
 		{"canary AvgL.Lo", r.Canary.AvgL.Lo, 6.5313572356224885},
 		{"canary AvgL.Hi", r.Canary.AvgL.Hi, 8.468642764377512},
 		// canary R: n=18 mean=3.0500000000000003 sd=0.9444886571735056 lo=2.5803168406315296 hi=3.519683159368471
 		{"canary AvgR.Mean", r.Canary.AvgR.Mean, 3.0500000000000003},
-		{"canary AvgR.SD", r.Canary.AvgR.SD, 0.9444886571735056},
+		{"canary AvgR.SE", r.Canary.AvgR.SE, 0.9444886571735056 / math.Sqrt(18)},
 		{"canary AvgR.Lo", r.Canary.AvgR.Lo, 2.5803168406315296},
 		{"canary AvgR.Hi", r.Canary.AvgR.Hi, 3.519683159368471},
 		// stable all: sessions=15 exchanges=74 error=0.13333333333333333 early=0.06666666666666667 refused=0.0945945945945946 p95=228.0
@@ -107,13 +110,6 @@ func TestAnalyzeMatchesReference(t *testing.T) {
 		{"stable All.EarlyTermRate", r.Stable.All.EarlyTermRate, 0.06666666666666667},
 		{"stable All.SafetyRefusalRate", r.Stable.All.SafetyRefusalRate, 0.0945945945945946},
 		{"stable All.P95LatencyMS", r.Stable.All.P95LatencyMS, 228.0},
-		// stable window: sessions=3 exchanges=12 error=0.3333333333333333 early=0.3333333333333333 refused=0.08333333333333333 p95=235.64999999999998
-		{"stable Window.Sessions", float64(r.Stable.Window.Sessions), 3},
-		{"stable Window.Exchanges", float64(r.Stable.Window.Exchanges), 12},
-		{"stable Window.ErrorRate", r.Stable.Window.ErrorRate, 0.3333333333333333},
-		{"stable Window.EarlyTermRate", r.Stable.Window.EarlyTermRate, 0.3333333333333333},
-		{"stable Window.SafetyRefusalRate", r.Stable.Window.SafetyRefusalRate, 0.08333333333333333},
-		{"stable Window.P95LatencyMS", r.Stable.Window.P95LatencyMS, 235.64999999999998},
 		// canary all: sessions=18 exchanges=135 error=0.16666666666666666 early=0.0 refused=0.06666666666666667 p95=242.0
 		{"canary All.Sessions", float64(r.Canary.All.Sessions), 18},
 		{"canary All.Exchanges", float64(r.Canary.All.Exchanges), 135},
@@ -121,12 +117,6 @@ func TestAnalyzeMatchesReference(t *testing.T) {
 		{"canary All.EarlyTermRate", r.Canary.All.EarlyTermRate, 0},
 		{"canary All.SafetyRefusalRate", r.Canary.All.SafetyRefusalRate, 0.06666666666666667},
 		{"canary All.P95LatencyMS", r.Canary.All.P95LatencyMS, 242.0},
-		// canary window: sessions=7 exchanges=46 error=0.14285714285714285 early=0.0 refused=0.06521739130434782 p95=240.0
-		{"canary Window.Sessions", float64(r.Canary.Window.Sessions), 7},
-		{"canary Window.Exchanges", float64(r.Canary.Window.Exchanges), 46},
-		{"canary Window.ErrorRate", r.Canary.Window.ErrorRate, 0.14285714285714285},
-		{"canary Window.SafetyRefusalRate", r.Canary.Window.SafetyRefusalRate, 0.06521739130434782},
-		{"canary Window.P95LatencyMS", r.Canary.Window.P95LatencyMS, 240.0},
 		// welch L: diff=2.5666666666666664 t=3.527203795743273 df=28.40819946125673 p=0.0014479181037231974 lo=1.077051310831703 hi=4.05628202250163
 		{"AvgL.Diff", r.AvgL.Diff, 2.5666666666666664},
 		{"AvgL.T", r.AvgL.T, 3.527203795743273},
@@ -134,12 +124,12 @@ func TestAnalyzeMatchesReference(t *testing.T) {
 		{"AvgL.P", r.AvgL.P, 0.0014479181037231974},
 		{"AvgL.Lo", r.AvgL.Lo, 1.077051310831703},
 		{"AvgL.Hi", r.AvgL.Hi, 4.05628202250163},
-		// msprt L: looks=24 loglambda=3.61036428442498 p=0.027041994094584656 lo=0.19700186883019777 hi=4.741498645558957 tau=1.0353181894960604
-		{"AvgL.Seq.Looks", float64(r.AvgL.Seq.Looks), 24},
+		// player_level.py, fixture msprt L (one look): tau=1.0353181894960604 loglambda=3.61036428442498 p=0.02704199409458466 lo=0.19700186883019777 hi=4.9363314645031355
+		{"AvgL.Seq.Looks", float64(r.AvgL.Seq.Looks), 1},
 		{"AvgL.Seq.LogLambda", r.AvgL.Seq.LogLambda, 3.61036428442498},
-		{"AvgL.Seq.P", r.AvgL.Seq.P, 0.027041994094584656},
+		{"AvgL.Seq.P", r.AvgL.Seq.P, 0.02704199409458466},
 		{"AvgL.Seq.Lo", r.AvgL.Seq.Lo, 0.19700186883019777},
-		{"AvgL.Seq.Hi", r.AvgL.Seq.Hi, 4.741498645558957},
+		{"AvgL.Seq.Hi", r.AvgL.Seq.Hi, 4.9363314645031355},
 		{"AvgL.Seq.Tau", r.AvgL.Seq.Tau, 1.0353181894960604},
 		// welch R: diff=1.1566666666666667 t=3.3525606839643065 df=28.961266365200544 p=0.0022429887890496876 lo=0.4510011731656999 hi=1.8623321601676337
 		{"AvgR.Diff", r.AvgR.Diff, 1.1566666666666667},
@@ -148,11 +138,11 @@ func TestAnalyzeMatchesReference(t *testing.T) {
 		{"AvgR.P", r.AvgR.P, 0.0022429887890496876},
 		{"AvgR.Lo", r.AvgR.Lo, 0.4510011731656999},
 		{"AvgR.Hi", r.AvgR.Hi, 1.8623321601676337},
-		// msprt R: looks=24 loglambda=3.2113258170884618 p=0.04030314323809742 lo=0.033597827842024586 hi=2.2198548430334313 tau=0.49170037390984483
+		// player_level.py, fixture msprt R: tau=0.49170037390984483 loglambda=3.2113258170884618 p=0.04030314323809743 lo=0.033597827842024586 hi=2.279735505491309
 		{"AvgR.Seq.LogLambda", r.AvgR.Seq.LogLambda, 3.2113258170884618},
-		{"AvgR.Seq.P", r.AvgR.Seq.P, 0.04030314323809742},
+		{"AvgR.Seq.P", r.AvgR.Seq.P, 0.04030314323809743},
 		{"AvgR.Seq.Lo", r.AvgR.Seq.Lo, 0.033597827842024586},
-		{"AvgR.Seq.Hi", r.AvgR.Seq.Hi, 2.2198548430334313},
+		{"AvgR.Seq.Hi", r.AvgR.Seq.Hi, 2.279735505491309},
 		{"AvgR.Seq.Tau", r.AvgR.Seq.Tau, 0.49170037390984483},
 	}
 	for _, c := range checks {

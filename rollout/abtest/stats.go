@@ -5,29 +5,6 @@ import (
 	"slices"
 )
 
-// moments accumulates a sample's count, mean and sum of squared deviations
-// (Welford), so that running estimates cost O(1) per observation.
-type moments struct {
-	n    int
-	mean float64
-	m2   float64
-}
-
-func (m *moments) add(x float64) {
-	m.n++
-	d := x - m.mean
-	m.mean += d / float64(m.n)
-	m.m2 += d * (x - m.mean)
-}
-
-// variance is the unbiased sample variance (n−1 in the denominator).
-func (m moments) variance() float64 {
-	if m.n < 2 {
-		return 0
-	}
-	return m.m2 / float64(m.n-1)
-}
-
 // studentTCDF is P(T ≤ t) for Student's t with df degrees of freedom
 // (df may be fractional, as Welch's is): with x = df/(df+t²),
 // P(|T| > |t|) = I_x(df/2, 1/2).
@@ -39,18 +16,40 @@ func studentTCDF(t, df float64) float64 {
 	return tail
 }
 
-// studentTQuantile returns t with P(T ≤ t) = p, by bisection on studentTCDF.
+// studentTQuantile returns t with P(T ≤ t) = p: Newton's method on
+// studentTCDF with the t density as slope, kept inside a bracket that
+// bisection narrows whenever a Newton step would leave it (a few CDF
+// evaluations instead of bisection's hundreds: the analysis runs it at
+// every look).
 func studentTQuantile(p, df float64) float64 {
 	lo, hi := -1e3, 1e3
-	for range 200 {
-		mid := (lo + hi) / 2
-		if studentTCDF(mid, df) < p {
-			lo = mid
-		} else {
-			hi = mid
-		}
+	lg1, _ := math.Lgamma((df + 1) / 2)
+	lg2, _ := math.Lgamma(df / 2)
+	logNorm := lg1 - lg2 - 0.5*math.Log(df*math.Pi)
+	// Start from the Cornish–Fisher expansion around the normal quantile.
+	z := math.Sqrt2 * math.Erfinv(2*p-1)
+	t := z + (z*z*z+z)/(4*df) + (5*z*z*z*z*z+16*z*z*z+3*z)/(96*df*df)
+	if !(t > lo && t < hi) {
+		t = 0
 	}
-	return (lo + hi) / 2
+	for range 200 {
+		f := studentTCDF(t, df) - p
+		if f < 0 {
+			lo = t
+		} else {
+			hi = t
+		}
+		pdf := math.Exp(logNorm - (df+1)/2*math.Log1p(t*t/df))
+		next := t - f/pdf
+		if !(next > lo && next < hi) || pdf == 0 {
+			next = (lo + hi) / 2
+		}
+		if math.Abs(next-t) <= 1e-13*math.Max(1, math.Abs(t)) || hi-lo <= 1e-13 {
+			return next
+		}
+		t = next
+	}
+	return t
 }
 
 // regIncBeta is the regularized incomplete beta function I_x(a, b), by the
@@ -151,4 +150,253 @@ func msprtLogLambda(diff, v, tau2 float64) float64 {
 // diff ± √(v(v+τ²)/τ² · (2·ln(1/α) + ln((v+τ²)/v))).
 func msprtHalfWidth(v, tau2, alpha float64) float64 {
 	return math.Sqrt(v * (v + tau2) / tau2 * (2*math.Log(1/alpha) + math.Log((v+tau2)/v)))
+}
+
+// Ratio is the sufficient statistic of a ratio metric ΣY/ΣX over players,
+// the unit of randomisation (gbstats' RatioStatistic): player i adds a
+// denominator x_i (ended sessions, exchanges), a numerator y_i (turns,
+// errors, refusals) and a pre-exposure covariate c_i for CUPED (0 when the
+// player has none). Sessions of one player are correlated; players are
+// not, so every variance is taken over players. The sums make it
+// updatable in O(1) when a player's totals change (Remove the old, Add the
+// new) and JSON-serialisable.
+type Ratio struct {
+	N  int     `json:"n"`
+	X  float64 `json:"x"`
+	Y  float64 `json:"y"`
+	XX float64 `json:"xx"`
+	YY float64 `json:"yy"`
+	XY float64 `json:"xy"`
+	C  float64 `json:"c"`
+	CC float64 `json:"cc"`
+	CX float64 `json:"cx"`
+	CY float64 `json:"cy"`
+}
+
+// Add counts a player with denominator x, numerator y and covariate c; a
+// player with x = 0 has no observation of the metric and is not counted.
+func (r *Ratio) Add(x, y, c float64) { r.add(x, y, c, 1) }
+
+// Remove takes back an Add of the same values.
+func (r *Ratio) Remove(x, y, c float64) { r.add(x, y, c, -1) }
+
+func (r *Ratio) add(x, y, c, sign float64) {
+	if x == 0 {
+		return
+	}
+	r.N += int(sign)
+	r.X += sign * x
+	r.Y += sign * y
+	r.XX += sign * x * x
+	r.YY += sign * y * y
+	r.XY += sign * x * y
+	r.C += sign * c
+	r.CC += sign * c * c
+	r.CX += sign * c * x
+	r.CY += sign * c * y
+}
+
+// Mean is ΣY/ΣX (0 before any observation).
+func (r Ratio) Mean() float64 {
+	if r.X == 0 {
+		return 0
+	}
+	return r.Y / r.X
+}
+
+// cov is the sample covariance over players of two per-player quantities
+// given their sums and the sum of their products.
+func (r Ratio) cov(sa, sb, sab float64) float64 {
+	n := float64(r.N)
+	return (sab - sa*sb/n) / (n - 1)
+}
+
+// linear returns the sample variance of the player's linearised
+// contribution l_i = (y_i − R·x_i)/x̄ (R = ΣY/ΣX) and its covariance with
+// the covariate; Var(l)/n is the delta-method variance of ΣY/ΣX (Deng,
+// Knoblich and Lu, "Applying the Delta Method in Metric Analytics", 2018):
+//
+//	Var(ΣY/ΣX) ≈ (s²_y − 2R·s_xy + R²·s²_x) / (n·x̄²).
+func (r Ratio) linear() (vl, clc float64) {
+	if r.N < 2 || r.X == 0 {
+		return 0, 0
+	}
+	n, m := float64(r.N), r.Mean()
+	xbar := r.X / n
+	vl = (r.cov(r.Y, r.Y, r.YY) - 2*m*r.cov(r.X, r.Y, r.XY) + m*m*r.cov(r.X, r.X, r.XX)) / (xbar * xbar)
+	clc = (r.cov(r.C, r.Y, r.CY) - m*r.cov(r.C, r.X, r.CX)) / xbar
+	return math.Max(vl, 0), clc
+}
+
+// Var is the delta-method variance of Mean over players; 0 with fewer
+// than two players.
+func (r Ratio) Var() float64 {
+	vl, _ := r.linear()
+	if r.N < 2 {
+		return 0
+	}
+	return vl / float64(r.N)
+}
+
+// covariateVar is the sample variance of the covariate over players.
+func (r Ratio) covariateVar() float64 {
+	if r.N < 2 {
+		return 0
+	}
+	return math.Max(r.cov(r.C, r.C, r.CC), 0)
+}
+
+// CUPEDTheta is the CUPED coefficient θ = Cov(l, c)/Var(c) (Deng, Xu,
+// Kohavi and Walker, 2013) of the linearised metric l on the pre-exposure
+// covariate c, pooled over both arms (within-arm sums of cross-products
+// over within-arm sums of squares); 0 when the covariate does not vary.
+func CUPEDTheta(a, b Ratio) float64 {
+	var num, den float64
+	for _, r := range []Ratio{a, b} {
+		if r.N < 2 {
+			continue
+		}
+		_, clc := r.linear()
+		num += float64(r.N-1) * clc
+		den += float64(r.N-1) * r.covariateVar()
+	}
+	if den <= 0 {
+		return 0
+	}
+	return num / den
+}
+
+// adjusted is the CUPED-adjusted mean and its variance: the mean minus
+// θ·(c̄ − pooledC) and Var(l − θc)/n.
+func (r Ratio) adjusted(theta, pooledC float64) (mean, variance float64) {
+	if r.N < 2 {
+		return r.Mean(), 0
+	}
+	vl, clc := r.linear()
+	n := float64(r.N)
+	mean = r.Mean() - theta*(r.C/n-pooledC)
+	variance = math.Max(vl-2*theta*clc+theta*theta*r.covariateVar(), 0) / n
+	return mean, variance
+}
+
+// SRM is the sample-ratio-mismatch check (Kohavi et al., "Trustworthy
+// Online Controlled Experiments", ch. 21) of the distinct players per arm
+// against the configured canary share: Pearson's χ² with one degree of
+// freedom, and, because it is checked at every look, an always-valid
+// p-value from a beta-binomial mixture likelihood ratio (the two-arm case
+// of Lindon and Malek, "Anytime-Valid Inference for Multinomial Count
+// Data", 2022). It fails when both are below SRMAlpha: a χ² at 0.001
+// re-checked every 30 s would fail an A/A experiment about one time in
+// forty over a day; the mixture keeps it at 0.001 however often it is read.
+type SRM struct {
+	Stable int `json:"stable_players"`
+	Canary int `json:"canary_players"`
+	// Expected is the configured canary share of the experiment's players;
+	// Checked is false when it is unknown or no player has come.
+	Expected float64 `json:"expected_canary_share"`
+	Checked  bool    `json:"checked"`
+	ChiSq    float64 `json:"chi_sq"`
+	P        float64 `json:"p"`
+	// SequentialP is the always-valid p-value, 1 / the mixture ratio.
+	SequentialP float64 `json:"sequential_p"`
+	Failed      bool    `json:"failed"`
+}
+
+// SRMAlpha is the level at which a sample ratio mismatch fails.
+const SRMAlpha = 0.001
+
+// srmConcentrations are the beta priors' a + b around the expected share,
+// mixed with equal weights (a mixture of test martingales is one): a
+// prior SD of the share of √(π(1−π)/(a+b)), from gross mismatches on few
+// players to a few parts in a thousand on millions.
+var srmConcentrations = []float64{1e1, 1e2, 1e3, 1e4, 1e5}
+
+// SRMTest compares stable and canary player counts with the expected
+// canary share (in (0, 1)).
+func SRMTest(stable, canary int, canaryShare float64) SRM {
+	s := SRM{Stable: stable, Canary: canary, Expected: canaryShare, P: 1, SequentialP: 1}
+	n := float64(stable + canary)
+	if canaryShare <= 0 || canaryShare >= 1 || n == 0 {
+		return s
+	}
+	nc, ns := float64(canary), float64(stable)
+	ec, es := n*canaryShare, n*(1-canaryShare)
+	s.Checked = true
+	s.ChiSq = (nc-ec)*(nc-ec)/ec + (ns-es)*(ns-es)/es
+	s.P = math.Erfc(math.Sqrt(s.ChiSq / 2)) // P(χ²₁ > x) = P(|Z| > √x)
+	// Mixture ratio: ∫ θ^c (1−θ)^s dBeta(θ; a, b) / (π^c (1−π)^s),
+	// averaged over the concentrations.
+	null := nc*math.Log(canaryShare) + ns*math.Log1p(-canaryShare)
+	var bf float64
+	for _, k := range srmConcentrations {
+		a, b := k*canaryShare, k*(1-canaryShare)
+		bf += math.Exp(logBeta(a+nc, b+ns)-logBeta(a, b)-null) / float64(len(srmConcentrations))
+	}
+	s.SequentialP = math.Min(1, 1/bf)
+	s.Failed = s.P < SRMAlpha && s.SequentialP < SRMAlpha
+	return s
+}
+
+func logBeta(a, b float64) float64 {
+	la, _ := math.Lgamma(a)
+	lb, _ := math.Lgamma(b)
+	lab, _ := math.Lgamma(a + b)
+	return la + lb - lab
+}
+
+// Sequential is the running state of one always-valid mixture sequential
+// probability ratio test (mSPRT) of H0: no difference, and its verdict. The
+// analysis owner stores it between looks (State), so a restart or a late
+// event never rewrites a reported result: at each look with difference d
+// and variance v,
+//
+//	Λ = √(v/(v+τ²)) · exp(τ²·d² / (2·v·(v+τ²)))
+//
+// the always-valid p-value is the running minimum of min(1, 1/Λ) and the
+// always-valid (1−α) CI the running intersection of
+// d ± √(v(v+τ²)/τ² · (2·ln(1/α) + ln((v+τ²)/v))). τ, the mixing standard
+// deviation, is fixed at the first look and kept (Johari, Pekelis and
+// Walsh, "Always Valid Inference", 2017).
+type Sequential struct {
+	Looks int `json:"looks"`
+	// Tau is the mixing standard deviation, in metric units, frozen at the
+	// first look.
+	Tau       float64 `json:"tau"`
+	LogLambda float64 `json:"log_lambda"`
+	P         float64 `json:"p"`
+	Lo        float64 `json:"lo"`
+	Hi        float64 `json:"hi"`
+	Alpha     float64 `json:"alpha"`
+	// Empty is true once the running intersection has become empty (the
+	// looks disagree, such as when the effect drifts): the test then never
+	// says Better.
+	Empty bool `json:"empty"`
+	// Better (Worse) is true when P ≤ Alpha and the CI lies above (below) 0.
+	Better bool `json:"better"`
+	Worse  bool `json:"worse"`
+}
+
+// Look folds one look at difference d with variance v into s. tau is used
+// only at the first look, which freezes it; a look without variance or
+// before τ is known is not taken.
+func (s Sequential) Look(d, v, tau, alpha float64) Sequential {
+	if s.Looks == 0 {
+		if v <= 0 || tau <= 0 {
+			return s
+		}
+		s = Sequential{Tau: tau, P: 1, Lo: math.Inf(-1), Hi: math.Inf(1), Alpha: alpha}
+	}
+	if v <= 0 {
+		return s
+	}
+	t2 := s.Tau * s.Tau
+	s.Looks++
+	s.LogLambda = msprtLogLambda(d, v, t2)
+	s.P = math.Min(s.P, math.Exp(-s.LogLambda))
+	hw := msprtHalfWidth(v, t2, s.Alpha)
+	s.Lo, s.Hi = math.Max(s.Lo, d-hw), math.Min(s.Hi, d+hw)
+	s.Empty = s.Empty || s.Lo > s.Hi
+	s.Better = s.P <= s.Alpha && s.Lo > 0 && !s.Empty
+	s.Worse = s.P <= s.Alpha && s.Hi < 0
+	return s
 }

@@ -22,8 +22,8 @@ func TestWriteText(t *testing.T) {
 	for _, want := range []string{
 		"experiment e1 at 2026-11-30T12:33:00Z",
 		"4.93 [3.72, 6.14]", "7.5 [6.53, 8.47]",
-		"+2.57 [1.08, 4.06]", "0.00145", "0.027", "[0.197, 4.74]",
-		"236 ms", "decision: hold", "not judged",
+		"+2.57 [1.08, 4.06]", "0.00145", "0.027", "[0.197, 4.94]",
+		"228 ms", "242 ms", "decision: hold", "not judged",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("WriteText output lacks %q:\n%s", want, out)

@@ -8,7 +8,7 @@ import (
 )
 
 // Point is one arm's Avg.L over the sessions that had ended by At, with its
-// 95 % CI: a point of the dashboard's "Avg.L over time" chart.
+// player-level 95 % CI: a point of the dashboard's "Avg.L over time" chart.
 type Point struct {
 	At   time.Time `json:"at"`
 	Arm  string    `json:"arm"`
@@ -16,8 +16,9 @@ type Point struct {
 }
 
 // Timeline returns, for each arm, the cumulative Avg.L every step from the
-// first ended session until now. When that would give more than maxPoints
-// (at least 2) times per arm, step is widened to fit.
+// first ended session until now, estimated like the report's (per-player
+// totals, delta-method CI). When that would give more than maxPoints (at
+// least 2) times per arm, step is widened to fit.
 func Timeline(sessions []Session, step time.Duration, now time.Time, maxPoints int) []Point {
 	var ended []Session
 	for _, s := range sessions {
@@ -33,7 +34,9 @@ func Timeline(sessions []Session, step time.Duration, now time.Time, maxPoints i
 	if span := now.Sub(first); span/step+1 > time.Duration(maxPoints) {
 		step = (span + time.Duration(maxPoints-2)) / time.Duration(maxPoints-1) // rounded up
 	}
-	var st, ca moments
+	type key struct{ player, arm string }
+	players := map[key]*[2]float64{} // ended sessions, turns
+	var t Tally
 	var out []Point
 	i := 0
 	for at := first; ; at = at.Add(step) {
@@ -41,15 +44,22 @@ func Timeline(sessions []Session, step time.Duration, now time.Time, maxPoints i
 			at = now
 		}
 		for ; i < len(ended) && !ended[i].Ended.After(at); i++ {
-			if ended[i].Arm == schema.ArmCanary {
-				ca.add(float64(ended[i].Turns))
-			} else {
-				st.add(float64(ended[i].Turns))
+			s := ended[i]
+			k := key{s.PlayerID, s.Arm}
+			p := players[k]
+			if p == nil {
+				p = new([2]float64)
+				players[k] = p
 			}
+			r := &t.Arm(s.Arm).Turns
+			r.Remove(p[0], p[1], 0)
+			p[0]++
+			p[1] += float64(s.Turns)
+			r.Add(p[0], p[1], 0)
 		}
 		out = append(out,
-			Point{At: at, Arm: schema.ArmStable, AvgL: estimate(st)},
-			Point{At: at, Arm: schema.ArmCanary, AvgL: estimate(ca)})
+			Point{At: at, Arm: schema.ArmStable, AvgL: estimate(t.Stable.Turns)},
+			Point{At: at, Arm: schema.ArmCanary, AvgL: estimate(t.Canary.Turns)})
 		if !at.Before(now) {
 			return out
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/parleyhq/parley/schema"
@@ -51,13 +52,33 @@ func (c WatchdogConfig) Validate() error {
 
 // Watchdog analyses the running canary experiment periodically and acts on
 // Decide's verdict: it rolls the canary back when a guardrail is breached
-// and promotes it when promotion is enabled and the sequential test says it
-// is better.
+// or the canary is worse, and promotes it when promotion is enabled and the
+// sequential test says it is better. Each Check continues the sequential
+// tests from the previous one's State (State and Restore let an owner
+// persist it across restarts).
 type Watchdog struct {
 	cfg      WatchdogConfig
 	ctl      Controller
 	sessions func(experimentID string) []Session
 	log      *slog.Logger
+
+	mu    sync.Mutex
+	state State
+}
+
+// State returns the analysis state after the last Check, for storing.
+func (w *Watchdog) State() State {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.state
+}
+
+// Restore continues from a stored State (of the running experiment; one of
+// another experiment is ignored by the next Check).
+func (w *Watchdog) Restore(s State) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.state = s
 }
 
 // NewWatchdog returns a Watchdog reading sessions from sessions (such as
@@ -83,10 +104,17 @@ func (w *Watchdog) Check(ctx context.Context, now time.Time) (Report, Decision, 
 	if st.State != schema.PhaseCanary {
 		return Report{}, Decision{Verdict: Hold, Reason: fmt.Sprintf("deployment is %s", st.State)}, nil
 	}
-	rep, err := Analyze(st.ExperimentID, w.sessions(st.ExperimentID), w.cfg.Analysis, now)
+	acfg := w.cfg.Analysis
+	if share := st.CanaryShare(); acfg.CanaryShare == 0 && share > 0 && share < 1 {
+		acfg.CanaryShare = share // the SRM check's expectation
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	rep, err := Update(w.state, st.ExperimentID, w.sessions(st.ExperimentID), nil, acfg, now)
 	if err != nil {
 		return Report{}, Decision{}, err
 	}
+	w.state = rep.State
 	d := Decide(rep, w.cfg.Guardrails)
 	switch d.Verdict {
 	case Rollback:

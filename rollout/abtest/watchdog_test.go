@@ -68,7 +68,7 @@ func TestWatchdogActsOnTheRollout(t *testing.T) {
 			cfg := DefaultWatchdogConfig()
 			cfg.Deployment = deployment
 			cfg.Guardrails.AutoPromote = tt.autoPromote
-			cfg.Guardrails.MinPromoteSessions = 100
+			cfg.Guardrails.MinPromotePlayers = 100
 			w, err := NewWatchdog(cfg, rc, sessions, log)
 			if err != nil {
 				t.Fatal(err)
