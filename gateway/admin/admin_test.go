@@ -178,7 +178,9 @@ func TestChanges(t *testing.T) {
 		state schema.RolloutPhase
 		check func(schema.RolloutState) bool
 	}{
-		{"ramp", func() (schema.RolloutChange, error) { return cl.Canary(ctx, schema.CanaryRequest{Version: admintest.Canary, Weight: 50, Generation: gen(2)}) },
+		{"ramp", func() (schema.RolloutChange, error) {
+			return cl.Canary(ctx, schema.CanaryRequest{Version: admintest.Canary, Weight: 50, Generation: gen(2)})
+		},
 			schema.PhaseCanary, func(s schema.RolloutState) bool { return s.CanaryWeight == 50 && s.ExperimentID == env.ExperimentID }},
 		{"pause", func() (schema.RolloutChange, error) { return cl.Pause(ctx, admin.ChangeRequest{}) },
 			schema.PhasePaused, func(s schema.RolloutState) bool { return s.CanaryWeight == 50 }},

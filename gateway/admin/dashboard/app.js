@@ -106,19 +106,23 @@ function renderRollout(st) {
   const s = st.state;
   current = s;
   const rows = [
-    ["state", pill(s.state)],
+    ["state", el("span", { id: "rollout-state" }, pill(s.state))],
     ["stable", el("strong", { id: "stable-version", text: s.stable })],
     ["canary", s.canary ? el("strong", { id: "canary-version", text: s.canary }) : "–"],
-    ["canary weight", s.canary ? s.canary_weight + " %" : "–"],
-    ["experiment", s.experiment_id || "–"],
+    ["canary weight", s.canary ? el("span", { id: "canary-weight-value", text: s.canary_weight + " %" }) : "–"],
+    ["steps", s.steps && s.steps.length ? el("span", { id: "canary-steps-value", text: s.steps.map((w, i) => i === (s.step || 0) ? "[" + w + "]" : String(w)).join(" → ") + " %" + (s.min_step_players ? ", " + s.min_step_players + " players per arm per step" : "") }) : "–"],
+    ["experiment", s.experiment_id ? s.experiment_id + " (canary share " + s.split + " %)" : "–"],
+    s.pause_reason ? ["paused because", el("span", { id: "pause-reason", class: "err", text: s.pause_reason })] : null,
     ["generation", String(s.generation)],
     ["updated", when(s.updated_at) + " by " + s.updated_by],
   ];
-  put("rollout", el("dl", {}, rows.map(([k, v]) => [el("dt", { text: k }), el("dd", {}, v)])));
+  put("rollout", el("dl", {}, rows.filter((r) => r).map(([k, v]) => [el("dt", { text: k }), el("dd", {}, v)])));
   document.getElementById("actions").hidden = false;
+  document.getElementById("canaryform").hidden = false;
+  const stepsLeft = s.steps && (s.step || 0) + 1 < s.steps.length;
   for (const b of document.querySelectorAll("#actions button")) {
     const a = b.dataset.action;
-    const allowed = { promote: ["canary", "paused"], rollback: ["canary", "paused"], pause: ["canary"], resume: ["paused"] }[a];
+    const allowed = { advance: stepsLeft ? ["canary"] : [], promote: ["canary", "paused"], rollback: ["canary", "paused"], pause: ["canary"], resume: ["paused"] }[a];
     b.disabled = !allowed.includes(s.state);
   }
 }
@@ -162,20 +166,32 @@ function guardValue(name, x) {
   return name.includes("latency") ? fmt(x, 0) + " ms" : pct(x);
 }
 
+// renderReport shows the analysis the learner published. Only the
+// always-valid sequential test is shown as a verdict: a fixed-horizon
+// p-value read at every refresh is not valid.
 function renderReport(r) {
   const rep = r.report, d = r.decision;
   put("experiment-id", rep.experiment_id);
+  const g = r.guardrails || {};
+  const step = r.step_players || {};
+  const meta = el("p", {},
+    "automatic promotion ", el("strong", { id: "auto-promote", text: g.auto_promote ? "on" : "off" }),
+    el("span", { class: "muted", text: " (as the learner runs it; published " + when(r.at) + " by " + r.by + " at generation " + r.generation + ")" }),
+    r.action ? [" · last action ", pill(r.action)] : null,
+    " · sample ratio ", rep.srm && rep.srm.checked ? (rep.srm.failed ? el("span", { class: "worse", text: "MISMATCH p " + fmtP(rep.srm.p) }) : el("span", { class: "better", text: "ok p " + fmtP(rep.srm.p) })) : "not checked",
+    " · assignment audit ", r.audit && r.audit.wrong ? el("span", { class: "worse", id: "audit", text: r.audit.wrong + " of " + r.audit.checked + " sessions on the wrong arm" }) : el("span", { id: "audit", text: "ok (" + ((r.audit && r.audit.checked) || 0) + " sessions)" }),
+    " · players in this step ", (step.stable || 0) + " stable, " + (step.canary || 0) + " canary");
   const arms = table(
-    ["arm", "versions", { label: "sessions", num: true }, { label: "open", num: true }, "Avg.L [95 % CI]", "Avg.r [95 % CI]"],
+    ["arm", "versions", { label: "players", num: true }, { label: "sessions", num: true }, { label: "open", num: true }, "Avg.L [95 % CI]", "Avg.r [95 % CI]"],
     [rep.stable, rep.canary].map((a) => [
       el("span", {}, el("span", { class: "swatch " + a.arm }), a.arm),
       (a.versions || []).join(", ") || "–",
-      String(a.avg_l.n), String(a.open),
+      String(a.players ?? "–"), String(a.avg_l.n), String(a.open),
       el("td", { id: "avg-l-" + a.arm, text: estimateText(a.avg_l) }),
       estimateText(a.avg_r),
     ]));
   const comp = table(
-    ["metric", "canary − stable [95 % CI]", { label: "Welch p", num: true }, { label: "mSPRT p (always valid)", num: true }, "always-valid CI", "verdict"],
+    ["metric", { label: "canary − stable", num: true }, { label: "mSPRT p (always valid)", num: true }, "always-valid CI", "verdict"],
     [["Avg.L", rep.avg_l], ["Avg.r", rep.avg_r]].map(([name, c]) => {
       const s = c.sequential;
       let verdict = el("span", { class: "muted", text: "no difference shown" });
@@ -183,11 +199,10 @@ function renderReport(r) {
       if (s.worse) verdict = el("span", { class: "worse", text: "canary worse" });
       return [
         name,
-        c.valid ? (c.diff >= 0 ? "+" : "") + fmt(c.diff) + " [" + fmt(c.lo) + ", " + fmt(c.hi) + "]" : "–",
-        c.valid ? fmtP(c.p) : "–",
+        c.valid ? (c.diff >= 0 ? "+" : "") + fmt(c.diff) : "–",
         fmtP(s.p),
         s.looks > 0 ? "[" + fmt(s.lo) + ", " + fmt(s.hi) + "]" : "–",
-        verdict,
+        el("td", { id: "verdict-" + name.replace(".", "").toLowerCase() }, verdict),
       ];
     }));
   const checks = table(
@@ -197,7 +212,7 @@ function renderReport(r) {
       !c.judged ? el("span", { class: "muted", text: "not judged" }) :
         c.breached ? el("span", { class: "worse", text: "BREACHED" }) : el("span", { class: "better", text: "ok" }),
     ]));
-  put("report", arms, el("h3", { text: "Comparison" }), comp,
+  put("report", meta, arms, el("h3", { text: "Comparison (always valid)" }), comp,
     el("h3", {}, "Decision ", pill(d.verdict), " ", el("span", { class: "muted", text: d.reason })), checks);
 }
 
@@ -415,8 +430,17 @@ async function refresh() {
     }) && ok;
     if (st && st.state.experiment_id) {
       const q = "?experiment=" + encodeURIComponent(st.state.experiment_id);
-      ok = await section("report", async () => renderReport(await api("/report" + q))) && ok;
-      ok = await section("timeline", async () => renderTimeline(await api("/timeline" + q))) && ok;
+      ok = await section("report", async () => {
+        try {
+          renderReport(await api("/report" + q));
+        } catch (e) {
+          if (e.status !== 404) throw e;
+          put("report", el("p", { class: "muted", text: "The learner has not published an analysis of this experiment yet." }));
+          put("timeline");
+          return;
+        }
+        renderTimeline(await api("/timeline" + q));
+      }) && ok;
     } else if (st) {
       put("experiment-id", "");
       put("report", el("p", { class: "muted", text: "No experiment is running: the deployment is " + st.state.state + "." }));
@@ -429,16 +453,32 @@ async function refresh() {
   if (ok) setStatus("updated " + new Date().toISOString().slice(11, 19) + " UTC", false);
 }
 
-async function act(action) {
+// change posts a rollout change as a compare-and-set on the generation
+// the page shows, so it fails if someone changed the rollout meanwhile.
+async function change(action, body) {
   if (!current) return;
   if (!window.confirm(`${action} ${DEPLOYMENT} at generation ${current.generation}?`)) return;
   try {
-    const ch = await api("/rollout/" + action, { method: "POST", body: JSON.stringify({ generation: current.generation }) });
+    const ch = await api("/rollout/" + action, { method: "POST", body: JSON.stringify({ ...body, generation: current.generation }) });
     setStatus(`${action}: now generation ${ch.to.generation} (${ch.to.state})`, false);
   } catch (e) {
     setStatus(action + ": " + e.message, true);
   }
-  refresh();
+  await refresh();
+}
+
+function act(action) { return change(action, {}); }
+
+// startCanary starts or ramps a canary from the form: a version with a
+// weight, or with steps (and players per arm per step).
+function startCanary(ev) {
+  ev.preventDefault();
+  const v = (id) => document.getElementById(id).value.trim();
+  const body = { version: v("canary-version-input") };
+  if (v("canary-steps")) body.steps = v("canary-steps").split(",").map((x) => parseInt(x, 10));
+  else body.weight = parseInt(v("canary-weight"), 10);
+  if (v("canary-min-players")) body.min_step_players = parseInt(v("canary-min-players"), 10);
+  return change("canary", body);
 }
 
 function init() {
@@ -464,6 +504,7 @@ function init() {
   for (const b of document.querySelectorAll("#actions button")) {
     b.addEventListener("click", () => act(b.dataset.action));
   }
+  document.getElementById("canaryform").addEventListener("submit", startCanary);
   refresh();
   setInterval(refresh, REFRESH_MS);
 }
