@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"sync"
 	"testing"
@@ -177,10 +178,12 @@ func TestClosedLoop(t *testing.T) {
 		}
 	}()
 
-	// The test's own A/B collector follows the topic from the start.
+	// The test's own A/B collector follows the topic from the start, in a
+	// consumer group of its own, keeping its state in memory only.
 	collector := abtest.NewCollector()
 	wg.Go(func() {
-		_ = abtest.Follow(procs, abtest.FollowConfig{Brokers: kfk.Addrs, Topic: topic}, collector, slog.New(slog.DiscardHandler))
+		fc := abtest.FollowConfig{Brokers: kfk.Addrs, Topic: topic, GroupID: kfk.Prefix + "looptest-abtest", CheckpointEvery: time.Second}
+		_ = abtest.Follow(procs, fc, collector, func() error { return nil }, slog.New(slog.DiscardHandler))
 	})
 
 	base := "http://" + gw.Gateway.Addr
@@ -336,7 +339,7 @@ func TestClosedLoop(t *testing.T) {
 		want = schema.RolloutState{Stable: "v1", Canary: "v2", ExperimentID: exp, State: schema.PhaseRollingBack}
 	}
 	got := schema.RolloutState{Stable: st.Stable, Canary: st.Canary, CanaryWeight: st.CanaryWeight, ExperimentID: st.ExperimentID, State: st.State}
-	if got != want {
+	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("rollout after the decision: %+v; want %+v", got, want)
 	}
 	if arm, v := rollout.Route(st, "a-new-player"); arm != schema.ArmStable || v != want.Stable {
