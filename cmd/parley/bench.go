@@ -28,7 +28,7 @@ func newBenchCmd() *cobra.Command {
 within one run: these machines are shared and noisy.`,
 	}
 	cmd.AddCommand(newBenchInferenceCmd(), newBenchGatewayCmd(), newBenchRolloutCmd(), newBenchSoakCmd(), newBenchSummaryCmd(),
-		newBenchBrokerCmd())
+		newBenchBrokerCmd(), newBenchABCmd())
 	return cmd
 }
 
@@ -150,6 +150,36 @@ func newBenchRolloutCmd() *cobra.Command {
 	f.StringVar(&redisAddr, "redis-addr", "127.0.0.1:6379", "Redis server of the rollout state")
 	f.IntVar(&cfg.Gateways, "gateways", cfg.Gateways, "gateway instances following the rollout")
 	f.IntVar(&cfg.Swaps, "swaps", cfg.Swaps, "canary-then-promote cycles")
+	f.StringVar(&out, "out", "", "write the report as JSON to this file")
+	return cmd
+}
+
+func newBenchABCmd() *cobra.Command {
+	cfg := bench.DefaultABConfig()
+	var out string
+	cmd := &cobra.Command{
+		Use:   "ab [--out FILE.json]",
+		Short: "Simulated A/B experiments: A/A false positives, CI coverage, power, guardrail and SRM error rates, CUPED",
+		Long: `Simulate --seeds experiments of each scenario (seeded, no network) and run the product's
+analysis (abtest.Judge, abtest.Decide, abtest.SRMTest) on them look by look, every 30 simulated
+seconds, carrying the sequential state as the analysis owner does. The report's keys are the
+shares of seeds with each outcome; see internal/bench/ab.go for the scenarios.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			rep, err := bench.RunAB(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			if err := printJSON(cmd.OutOrStdout(), rep); err != nil {
+				return err
+			}
+			return writeJSONFile(out, rep)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&cfg.Seeds, "seeds", cfg.Seeds, "simulated experiments per scenario")
+	f.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "random seed")
+	f.IntVar(&cfg.Workers, "workers", cfg.Workers, "seeds simulated in parallel")
 	f.StringVar(&out, "out", "", "write the report as JSON to this file")
 	return cmd
 }

@@ -78,6 +78,17 @@ func writeBenchSummary(w io.Writer, dir string) error {
 		fmt.Fprintf(tw, "soak\treq/s, p50 / p95 / p99\t%.1f, %.0f / %.0f / %.0f ms\n", soak.ReqPerSec, soak.P50Ms, soak.P95Ms, soak.P99Ms)
 		fmt.Fprintf(tw, "soak\tmax RSS, RSS growth, errors\t%.0f MB, %+.1f MB, %d\n", soak.MaxRSSMB, soak.RSSGrowthMB, soak.Errors)
 	}
+	var ab bench.ABReport
+	if ok, err := readReport(dir, "ab.json", &ab); err != nil {
+		return err
+	} else if ok {
+		found++
+		fmt.Fprintf(tw, "ab\tA/A false positives, player / session level\t%.3f / %.3f\n", ab.AAFalsePositiveRate, ab.AAFalsePositiveRateSessionLevel)
+		fmt.Fprintf(tw, "ab\tCI coverage, power (+0.5 turns)\t%.3f, %.3f\n", ab.CICoverage, ab.Power)
+		fmt.Fprintf(tw, "ab\tguardrail false rollbacks, detection in 30 min\t%.3f, %.3f\n", ab.GuardrailFalseRollbackRate, ab.GuardrailDetectionRate)
+		fmt.Fprintf(tw, "ab\tSRM false alarms, detection\t%.4f, %.3f\n", ab.SRMFalseAlarmRate, ab.SRMDetectionRate)
+		fmt.Fprintf(tw, "ab\tCUPED variance ratio\t%.3f\n", ab.CUPEDVarianceRatio)
+	}
 	if found == 0 {
 		return fmt.Errorf("bench summary: no bench reports in %s", dir)
 	}
