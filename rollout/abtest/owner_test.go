@@ -2,6 +2,7 @@ package abtest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/segmentio/kafka-go"
 
 	"github.com/parleyhq/parley/internal/testenv"
 	"github.com/parleyhq/parley/rollout"
@@ -171,5 +174,69 @@ func TestStepHolds(t *testing.T) {
 				t.Errorf("stepHolds = %v; want %v", got, tt.advance)
 			}
 		})
+	}
+}
+
+func TestOwnerRunFollowsAnalysesAndCheckpoints(t *testing.T) {
+	rc, _, _, st := ownerEnv(t)
+	k := testenv.StartKafka(t)
+	topic := k.Topic("sessions")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var msgs []kafka.Message
+	for i := range 200 {
+		e := rollout.Expose(st, fmt.Sprintf("player-%d", i))
+		if e.ExperimentID == "" {
+			continue
+		}
+		ev := schema.SessionEvent{Schema: schema.SessionEventSchema, EventID: fmt.Sprintf("00000000-0000-7000-8000-%012d", i),
+			Type: schema.SessionEnded, SessionID: fmt.Sprintf("s%d", i), PlayerID: fmt.Sprintf("player-%d", i), NPCID: "mira",
+			Deployment: "npc", PolicyVersion: e.Version, ExperimentID: e.ExperimentID, Arm: e.Arm, Salt: e.Salt,
+			Generation: e.Generation, TS: time.Now().UTC(), Turns: 3, Reason: schema.EndPlayerEnded}
+		raw, _ := json.Marshal(ev)
+		msgs = append(msgs, kafka.Message{Key: []byte(ev.SessionID), Value: raw})
+	}
+	w := &kafka.Writer{Addr: kafka.TCP(k.Addrs...), Topic: topic, Balancer: &kafka.Hash{}, AllowAutoTopicCreation: true}
+	for w.WriteMessages(ctx, msgs...) != nil && ctx.Err() == nil {
+		time.Sleep(100 * time.Millisecond) // topic creation is asynchronous
+	}
+	w.Close()
+
+	cfg := OwnerConfig{Watchdog: DefaultWatchdogConfig(),
+		Follow:     FollowConfig{Brokers: k.Addrs, Topic: topic, GroupID: k.Prefix + "abtest", CheckpointEvery: 100 * time.Millisecond},
+		Checkpoint: filepath.Join(t.TempDir(), "abtest.json"), TimelineStep: time.Minute, TimelinePoints: 10}
+	cfg.Watchdog.Interval = 100 * time.Millisecond
+	o, err := NewOwner(cfg, rc, NewCollector(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- o.Run(rctx) }()
+	var pub Published
+	for pub.Audit.Checked < len(msgs) {
+		if ctx.Err() != nil {
+			t.Fatalf("published analysis audited %d sessions after 60s; want %d", pub.Audit.Checked, len(msgs))
+		}
+		time.Sleep(100 * time.Millisecond)
+		_ = rc.ReadReport(ctx, "npc", &pub)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("Run after cancel = %v; want nil", err)
+	}
+	if pub.ExperimentID != st.ExperimentID || pub.Audit.Failed() || pub.Guardrails.AutoPromote {
+		t.Errorf("published %s, audit %+v, auto-promote %v; want %s, a clean audit, off", pub.ExperimentID, pub.Audit, pub.Guardrails.AutoPromote, st.ExperimentID)
+	}
+	// A new owner restores the checkpoint: it has every session before it reads a record.
+	again, err := NewOwner(cfg, rc, NewCollector(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := again.restore(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(again.col.Sessions(st.ExperimentID)); n != len(msgs) {
+		t.Errorf("restored checkpoint holds %d sessions; want %d", n, len(msgs))
 	}
 }
