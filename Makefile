@@ -8,7 +8,7 @@ ADDR ?= 127.0.0.1:8080
 FUZZTIME ?= 10s
 BENCH_DIR ?= bench/results
 
-.PHONY: all build run test test-short test-long test-security test-faults test-loop test-race experiment lint fuzz bench soak schemas deploy-check clean
+.PHONY: all build run test test-short test-long test-security test-faults test-loop test-race experiment lint fuzz bench bench-reference soak schemas deploy-check clean
 
 all: build
 
@@ -75,10 +75,18 @@ fuzz:
 bench: build
 	mkdir -p $(BENCH_DIR)
 	bin/parley bench inference --out $(BENCH_DIR)/inference.json
+	bin/parley bench train --out $(BENCH_DIR)/train.json
 	scripts/with-redis.sh sh -c 'bin/parley bench gateway --redis-addr $$REDIS_ADDR --out $(BENCH_DIR)/gateway.json && \
 	  bin/parley bench rollout --redis-addr $$REDIS_ADDR --out $(BENCH_DIR)/rollout.json'
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./... | tee $(BENCH_DIR)/go-bench.txt
 	bin/parley bench summary $(BENCH_DIR)
+
+# PyTorch reference of `parley bench train` (same architecture, sizes, batch and
+# optimiser), to set beside train.json; not part of CI. Needs Debian's
+# python3-torch and libopenblas-dev (without it torch uses the reference BLAS).
+bench-reference:
+	mkdir -p $(BENCH_DIR)
+	OPENBLAS_NUM_THREADS=1 /usr/bin/python3 internal/bench/reference/train_reference.py --out $(BENCH_DIR)/train-reference.json
 
 # Ten minutes of steady load on a whole gateway: latency percentiles and memory over time.
 soak: build

@@ -27,7 +27,7 @@ func newBenchCmd() *cobra.Command {
 		Long: `Benchmarks print a table and write their numbers as JSON (--out). Compare as ratios
 within one run: these machines are shared and noisy.`,
 	}
-	cmd.AddCommand(newBenchInferenceCmd(), newBenchGatewayCmd(), newBenchRolloutCmd(), newBenchSoakCmd(), newBenchSummaryCmd(),
+	cmd.AddCommand(newBenchInferenceCmd(), newBenchTrainCmd(), newBenchGatewayCmd(), newBenchRolloutCmd(), newBenchSoakCmd(), newBenchSummaryCmd(),
 		newBenchBrokerCmd(), newBenchABCmd())
 	return cmd
 }
@@ -214,7 +214,45 @@ func newBenchInferenceCmd() *cobra.Command {
 	f.IntSliceVar(&cfg.Batches, "batches", cfg.Batches, "decode batch sizes")
 	f.StringSliceVar(&cfg.Decoders, "decoders", cfg.Decoders, "decode paths measured in one run (cpu, gomlx); the first gives the headline")
 	f.IntVar(&cfg.DecodeTokens, "decode-tokens", cfg.DecodeTokens, "tokens generated per request")
-	f.Float64Var(&cfg.SgemmFLOPS, "sgemm-flops", cfg.SgemmFLOPS, "the machine's float32 matmul ceiling (see ../shared/tools/sgemm-ceiling)")
+	f.Float64Var(&cfg.SgemmFLOPS, "sgemm-flops", cfg.SgemmFLOPS, "the machine's float32 matmul ceiling in FLOP/s (default: measured in the run with --ceiling-tool)")
+	f.StringVar(&cfg.CeilingTool, "ceiling-tool", cfg.CeilingTool, "script printing the OpenBLAS sgemm ceiling; where missing, the native gemm kernel's peak is the ceiling")
+	f.StringVar(&out, "out", "", "write the report as JSON to this file")
+	return cmd
+}
+
+func newBenchTrainCmd() *cobra.Command {
+	cfg := bench.DefaultTrainConfig()
+	var out string
+	cmd := &cobra.Command{
+		Use:   "train [--out FILE.json]",
+		Short: "Training tokens/s, GFLOP/s and share of the sgemm ceiling: native trainer vs GoMLX at three model sizes",
+		Long: `Train random models of the default size and of about 5M and 15M parameters with the native
+CPU trainer and with GoMLX, in --rounds interleaved rounds, and report medians of tokens/s,
+GFLOP/s and the share of the matmul ceiling measured in the same run (--ceiling-tool, or the
+native gemm kernel's peak where the tool is missing), with the peak RSS while each trainer
+steps. GoMLX takes tens of seconds per step at the larger sizes: it runs --gomlx-larger-steps
+per round there (0 skips it).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
+			rep, err := bench.RunTrain(cmd.Context(), cfg, cmd.OutOrStdout())
+			if err != nil {
+				return err
+			}
+			return writeJSONFile(out, rep)
+		},
+	}
+	backendFlags(cmd.Flags(), &cfg.Backend)
+	f := cmd.Flags()
+	f.IntVar(&cfg.Batch, "batch", cfg.Batch, "sequences per step")
+	f.IntVar(&cfg.Seq, "seq", cfg.Seq, "tokens per sequence")
+	f.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "interleaved rounds (the report gives medians)")
+	f.IntVar(&cfg.NativeSteps, "native-steps", cfg.NativeSteps, "native trainer steps timed per round and size")
+	f.IntVar(&cfg.GoMLXSteps, "gomlx-steps", cfg.GoMLXSteps, "GoMLX steps timed per round at the default size")
+	f.IntVar(&cfg.GoMLXLargerSteps, "gomlx-larger-steps", cfg.GoMLXLargerSteps, "GoMLX steps timed per round at the larger sizes (0 skips them)")
+	f.StringVar(&cfg.CeilingTool, "ceiling-tool", cfg.CeilingTool, "script printing the OpenBLAS sgemm ceiling; where missing, the native gemm kernel's peak is the ceiling")
 	f.StringVar(&out, "out", "", "write the report as JSON to this file")
 	return cmd
 }

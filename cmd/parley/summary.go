@@ -47,6 +47,17 @@ func writeBenchSummary(w io.Writer, dir string) error {
 		}
 		fmt.Fprintf(tw, "inference\tbatch-32 / batch-1\t%.1f×\n", inf.Batch32Speedup)
 	}
+	var tr bench.TrainReport
+	if ok, err := readReport(dir, "train.json", &tr); err != nil {
+		return err
+	} else if ok {
+		found++
+		fmt.Fprintf(tw, "train	matmul ceiling (%s)	%.0f GFLOP/s\n", tr.CeilingSource, tr.CeilingGFLOPS)
+		for _, s := range tr.Sizes {
+			fmt.Fprintf(tw, "train	%.1fM params: native / GoMLX tokens/s	%.0f / %.0f (%.1f %% / %.1f %% of ceiling), peak RSS %.0f MB\n",
+				float64(s.Params)/1e6, s.NativeTokensPerSec, s.GoMLXTokensPerSec, 100*s.NativeShareOfCeiling, 100*s.GoMLXShareOfCeiling, s.PeakRSSMB)
+		}
+	}
 	var gw bench.GatewayReport
 	if ok, err := readReport(dir, "gateway.json", &gw); err != nil {
 		return err

@@ -34,9 +34,11 @@ type InferenceConfig struct {
 	TrainSeq   int `json:"train_seq"`
 	TrainSteps int `json:"train_steps"`
 	// SgemmFLOPS is the machine's float32 matmul ceiling the FLOP/s figures
-	// are compared against (OpenBLAS sgemm on the 2-core reference machine).
-	SgemmFLOPS float64 `json:"sgemm_flops"`
-	Seed       int64   `json:"seed"`
+	// are compared against; 0 measures it in the run (MeasureCeiling with
+	// CeilingTool).
+	SgemmFLOPS  float64 `json:"sgemm_flops"`
+	CeilingTool string  `json:"ceiling_tool,omitempty"`
+	Seed        int64   `json:"seed"`
 	// MinDecodeSeconds is how long each decode measurement is repeated
 	// for, at least (one generation per request whatever it is).
 	MinDecodeSeconds float64 `json:"min_decode_seconds"`
@@ -58,7 +60,7 @@ func DefaultInferenceConfig() InferenceConfig {
 		TrainBatch:       16,
 		TrainSeq:         128,
 		TrainSteps:       2,
-		SgemmFLOPS:       265e9,
+		CeilingTool:      DefaultCeilingTool,
 		Seed:             1,
 		Decoders:         []string{inference.DecoderCPU, inference.DecoderGoMLX},
 		MinDecodeSeconds: 1,
@@ -79,8 +81,8 @@ func (c InferenceConfig) Validate() error {
 		return fmt.Errorf("bench config: prompt %d, decode %d, naive %d tokens too few", c.PromptTokens, c.DecodeTokens, c.NaiveTokens)
 	case c.MinDecodeSeconds < 0:
 		return fmt.Errorf("bench config: min decode seconds %g is negative", c.MinDecodeSeconds)
-	case c.SgemmFLOPS <= 0:
-		return fmt.Errorf("bench config: sgemm ceiling %g must be positive", c.SgemmFLOPS)
+	case c.SgemmFLOPS < 0:
+		return fmt.Errorf("bench config: sgemm ceiling %g is negative", c.SgemmFLOPS)
 	case c.TrainSteps < 0 || (c.TrainSteps > 0 && (c.TrainBatch < 1 || c.TrainSeq < 2)):
 		return fmt.Errorf("bench config: train %d steps of %d×%d", c.TrainSteps, c.TrainBatch, c.TrainSeq)
 	}
@@ -106,6 +108,11 @@ type InferenceReport struct {
 	Backend    string                `json:"backend"`
 	GOMAXPROCS int                   `json:"gomaxprocs"`
 	SgemmFLOPS float64               `json:"sgemm_flops"`
+	// CeilingGFLOPS is SgemmFLOPS in GFLOP/s; CeilingSource says where it
+	// comes from: measured in the run ("openblas-sgemm", "native-avx512", …)
+	// or "given" (--sgemm-flops).
+	CeilingGFLOPS float64 `json:"ceiling_gflops"`
+	CeilingSource string  `json:"ceiling_source"`
 
 	PromptTokens int `json:"prompt_tokens"`
 	DecodeTokens int `json:"decode_tokens"`
@@ -203,8 +210,15 @@ func RunInference(ctx context.Context, cfg InferenceConfig, w io.Writer) (Infere
 	}
 	rep := InferenceReport{
 		Model: mc, Params: mc.Params(), Backend: m.BackendConfig().Name, GOMAXPROCS: runtime.GOMAXPROCS(0),
-		SgemmFLOPS: cfg.SgemmFLOPS, PromptTokens: cfg.PromptTokens, DecodeTokens: cfg.DecodeTokens,
+		SgemmFLOPS: cfg.SgemmFLOPS, CeilingSource: "given", PromptTokens: cfg.PromptTokens, DecodeTokens: cfg.DecodeTokens,
 	}
+	if cfg.SgemmFLOPS == 0 {
+		if cfg.SgemmFLOPS, rep.CeilingSource, err = MeasureCeiling(ctx, cfg.CeilingTool); err != nil {
+			return InferenceReport{}, err
+		}
+		rep.SgemmFLOPS = cfg.SgemmFLOPS
+	}
+	rep.CeilingGFLOPS = rep.SgemmFLOPS / 1e9
 	if rep.Backend == "" {
 		rep.Backend = "go"
 	}
@@ -384,13 +398,7 @@ func inferenceEngine(ctx context.Context, m *inference.Model, tok *inference.Tok
 func inferenceTrain(ctx context.Context, m *inference.Model, cfg InferenceConfig, rng *rand.Rand) (*TrainRate, error) {
 	mc := m.Config()
 	seq := min(cfg.TrainSeq, mc.MaxSeq+1)
-	batch := inference.Batch{Tokens: make([][]int, cfg.TrainBatch)}
-	for i := range batch.Tokens {
-		batch.Tokens[i] = make([]int, seq)
-		for j := range batch.Tokens[i] {
-			batch.Tokens[i][j] = rng.IntN(mc.VocabSize)
-		}
-	}
+	batch := randomBatch(rng, cfg.TrainBatch, seq, mc.VocabSize)
 	tr, err := inference.NewTrainer(m, inference.DefaultTrainConfig())
 	if err != nil {
 		return nil, fmt.Errorf("bench train: %w", err)
@@ -409,10 +417,7 @@ func inferenceTrain(ctx context.Context, m *inference.Model, cfg InferenceConfig
 	}
 	step := time.Since(start).Seconds() / float64(cfg.TrainSteps)
 	tokens := cfg.TrainBatch * (seq - 1)
-	flops := 0.0
-	for c := range seq - 1 {
-		flops += 3 * mc.FLOPsPerToken(c+1) * float64(cfg.TrainBatch)
-	}
+	flops := trainStepFLOPs(mc, cfg.TrainBatch, seq)
 	return &TrainRate{
 		Batch: cfg.TrainBatch, Seq: seq, StepSeconds: step, TokensPerSec: float64(tokens) / step,
 		FLOPS: flops / step, Fraction: flops / step / cfg.SgemmFLOPS,
@@ -426,8 +431,8 @@ func printInference(w io.Writer, r InferenceReport) {
 	c := r.Model
 	fmt.Fprintf(w, "model: %d params (vocab %d, d%d, %d layers, %d heads, ffn %d), backend %s, GOMAXPROCS %d\n",
 		r.Params, c.VocabSize, c.Dim, c.Layers, c.Heads, c.FFNDim, r.Backend, r.GOMAXPROCS)
-	fmt.Fprintf(w, "prompt %d tokens, decode %d tokens per sequence; sgemm ceiling %.0f GFLOP/s; decoder %s\n\n",
-		r.PromptTokens, r.DecodeTokens, r.SgemmFLOPS/1e9, r.Decoder)
+	fmt.Fprintf(w, "prompt %d tokens, decode %d tokens per sequence; sgemm ceiling %.0f GFLOP/s (%s); decoder %s\n\n",
+		r.PromptTokens, r.DecodeTokens, r.SgemmFLOPS/1e9, r.CeilingSource, r.Decoder)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "measure\ttokens/s\tms/step\tTTFT ms\tGFLOP/s\tof sgemm\t")
 	fmt.Fprintf(tw, "prefill\t%.0f\t%.1f\t%.1f\t%.2f\t%.2f%%\t\n", r.PrefillTokensPerSec, r.TTFTMillis, r.TTFTMillis, r.PrefillFLOPS/1e9, 100*r.PrefillFraction)
