@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -43,14 +42,19 @@ type session struct {
 //	{prefix}sessions:active       sorted set: session id scored by last activity (unix ms)
 //
 // The braces around the id are a Redis Cluster hash tag: a session's hash
-// and lock share a slot, so the scripts of a turn (lockScript,
-// appendScript) touch one slot each. The active set is only ever updated by
-// single-key commands on a turn's path.
+// and lock share a slot, so every script of a session (lockScript,
+// appendScript, endScript) touches one slot. The active set lives in a slot
+// of its own and is only ever updated by single-key commands; the session
+// hash, not the set, is the truth about whether and when a session ended
+// and when it was last active.
 //
 // Idle sessions are found through the sorted set, not keyspace
-// notifications: the sweeper ends every session whose score is older than
-// the idle timeout. The hash's TTL (idle timeout + ended retention) only
-// cleans up after gateways that were all down for that long.
+// notifications: the sweeper tries every session whose score is older than
+// the idle timeout, and endScript ends it if its hash says it is still
+// idle. createSession adds a session to the set before it writes the hash,
+// so a gateway that dies in between leaves at worst an id without a hash,
+// which the sweeper drops. The hash's TTL (idle timeout + ended retention)
+// only cleans up after gateways that were all down for that long.
 func (s *Server) sessionKey(id string) string { return s.cfg.KeyPrefix + "session:{" + id + "}" }
 func (s *Server) lockKey(id string) string    { return s.sessionKey(id) + ":lock" }
 func (s *Server) activeKey() string           { return s.cfg.KeyPrefix + "sessions:active" }
@@ -64,6 +68,11 @@ func (s *Server) createSession(ctx context.Context, sess *session) error {
 		meta, _ = json.Marshal(sess.Client)
 	}
 	now := s.now()
+	// The active set first: a crash before the hash is written leaves an id
+	// the sweeper finds without a hash and drops, never a session it misses.
+	if err := s.rdb.ZAdd(ctx, s.activeKey(), redis.Z{Score: float64(now.UnixMilli()), Member: sess.ID}).Err(); err != nil {
+		return fmt.Errorf("create session %s: %w", sess.ID, err)
+	}
 	key := s.sessionKey(sess.ID)
 	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.HSet(ctx, key,
@@ -72,7 +81,6 @@ func (s *Server) createSession(ctx context.Context, sess *session) error {
 			"salt", sess.Salt, "generation", sess.Generation, "turns", 0, "ended", "", "history", "[]", "client_meta", string(meta),
 			"last_activity", now.UnixMilli())
 		p.PExpire(ctx, key, s.liveTTL())
-		p.ZAdd(ctx, s.activeKey(), redis.Z{Score: float64(now.UnixMilli()), Member: sess.ID})
 		return nil
 	})
 	if err != nil {
@@ -218,8 +226,8 @@ func flatHash(flat []any) map[string]string {
 // session, lock. ARGV: lock token, expected turns before, new history JSON,
 // now ms, ttl ms, max turns, ended retention ms. Returns -1 if the session
 // ended meanwhile, -2 if another turn got in first, 1 if this turn ended it
-// at max turns, else 0. Ending here claims the end as endScript does: each
-// refuses a session whose hash says it ended.
+// at max turns, else 0. Ending here claims the end as endScript does, in
+// the session hash: each refuses a session whose hash says it ended.
 var appendScript = redis.NewScript(`
 if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
 if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HGET', KEYS[1], 'ended') ~= '' then return -1 end
@@ -270,43 +278,60 @@ func (s *Server) appendTurn(ctx context.Context, sess *session, lock *turnLock, 
 	return r == 1, nil
 }
 
-// endScript claims the end of a session: the caller whose ZREM removes the
-// session from the active set is the one that ends it and emits
-// session_ended, so two gateways never both do; a session whose hash
-// already says it ended (appendScript at max turns) only leaves the set.
-// KEYS: active set, session.
-// ARGV: id, latest activity (ms) that still counts as idle (or "+inf"),
-// reason, ended retention ms. Returns the session hash, or nil when another
-// caller claimed it or the player was active after the cutoff.
+// endScript claims the end of a session in its hash: the caller whose
+// script sets the hash's ended field is the one that ends the session and
+// emits session_ended, so two gateways never both do. KEYS: session. ARGV:
+// latest activity (ms) that still counts as idle (or "+inf"), reason, ended
+// retention ms. Returns {"missing"}, {"ended"} (someone ended it before),
+// {"active", last activity ms} (the player was active after the cutoff) or
+// {"claimed", session hash}.
 var endScript = redis.NewScript(`
-local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if not score then return nil end
-if ARGV[2] ~= '+inf' and tonumber(score) > tonumber(ARGV[2]) then return nil end
-redis.call('ZREM', KEYS[1], ARGV[1])
-if redis.call('EXISTS', KEYS[2]) == 0 then return {} end
-local ended = redis.call('HGET', KEYS[2], 'ended')
-if ended and ended ~= '' then return nil end
-redis.call('HSET', KEYS[2], 'ended', ARGV[3])
-redis.call('PEXPIRE', KEYS[2], ARGV[4])
-return redis.call('HGETALL', KEYS[2])`)
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'missing'} end
+local f = redis.call('HMGET', KEYS[1], 'ended', 'last_activity')
+if f[1] and f[1] ~= '' then return {'ended'} end
+local last = tonumber(f[2]) or 0
+if ARGV[1] ~= '+inf' and last > tonumber(ARGV[1]) then return {'active', tostring(last)} end
+redis.call('HSET', KEYS[1], 'ended', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return {'claimed', redis.call('HGETALL', KEYS[1])}`)
 
-// endSession ends session id with reason if it is still active (and, for
-// idle_timeout, still idle since cutoff). It returns the ended session, or
-// nil when someone else ended it first.
+// endSession ends session id with reason if it has not ended (and, for
+// idle_timeout, has been idle since cutoff). It returns the ended session,
+// or nil when someone else ended it first, it was active after cutoff, or
+// its state is gone. The session leaves the active set after its hash
+// says it ended; a session still active gets its set score moved up to its
+// last activity, so that sweeps skip it until it is idle.
 func (s *Server) endSession(ctx context.Context, id string, reason schema.EndReason, cutoff string) (*session, error) {
-	res, err := endScript.Run(ctx, s.rdb, []string{s.activeKey(), s.sessionKey(id)},
-		id, cutoff, string(reason), s.cfg.EndedRetention.Milliseconds()).Result()
-	if errors.Is(err, redis.Nil) {
-		return nil, nil
-	}
+	res, err := endScript.Run(ctx, s.rdb, []string{s.sessionKey(id)},
+		cutoff, string(reason), s.cfg.EndedRetention.Milliseconds()).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("end session %s: %w", id, err)
 	}
-	flat, _ := res.([]any)
-	if len(flat) == 0 {
-		s.log.Warn("ended a session whose state had expired; no session_ended event", "session_id", id)
+	status, _ := res[0].(string)
+	if status == "active" {
+		last, _ := res[1].(string)
+		score, err := strconv.ParseFloat(last, 64)
+		if err != nil {
+			return nil, fmt.Errorf("end session %s: last activity %q: %w", id, last, err)
+		}
+		z := redis.ZAddArgs{XX: true, GT: true, Members: []redis.Z{{Score: score, Member: id}}}
+		if err := s.rdb.ZAddArgs(ctx, s.activeKey(), z).Err(); err != nil {
+			return nil, fmt.Errorf("end session %s: mark active: %w", id, err)
+		}
 		return nil, nil
 	}
+	if err := s.rdb.ZRem(ctx, s.activeKey(), id).Err(); err != nil {
+		// The hash says it ended; a later sweep finds that and retries.
+		s.log.Warn("remove an ended session from the active set; the sweeper will", "session_id", id, "err", err)
+	}
+	switch status {
+	case "missing":
+		s.log.Warn("dropped an active session without state (expired, or its gateway died creating it); no session_ended event", "session_id", id)
+		return nil, nil
+	case "ended":
+		return nil, nil
+	}
+	flat, _ := res[1].([]any)
 	return decodeSession(id, flatHash(flat))
 }
 
