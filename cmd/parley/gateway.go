@@ -2,6 +2,7 @@ package main
 
 import (
 	"log/slog"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -66,5 +67,14 @@ func gatewayFlags(f *pflag.FlagSet, cfg *gatewayd.Config) {
 	f.IntVar(&gc.PlayerBurst, "player-burst", gc.PlayerBurst, "bucket size per player")
 	f.Float64Var(&gc.ClientRate, "client-rate", gc.ClientRate, "requests per second per API client (0 = off)")
 	f.IntVar(&gc.ClientBurst, "client-burst", gc.ClientBurst, "bucket size per API client")
+	hotPathFlags(f, &gc.KeyCacheTTL, &gc.KeyCacheSize, &gc.SSEKeepAlive)
 	backendFlags(f, &cfg.Backend)
+}
+
+// hotPathFlags binds the gateway's API key cache and SSE keep-alive, for
+// the gateway and dev commands.
+func hotPathFlags(f *pflag.FlagSet, keyCacheTTL *time.Duration, keyCacheSize *int, sseKeepAlive *time.Duration) {
+	f.DurationVar(keyCacheTTL, "key-cache-ttl", *keyCacheTTL, "how long a gateway trusts a resolved API key; a revoked key works at most this long (0 = no cache)")
+	f.IntVar(keyCacheSize, "key-cache-size", *keyCacheSize, "API keys a gateway caches at most")
+	f.DurationVar(sseKeepAlive, "sse-keep-alive", *sseKeepAlive, "interval of keep-alive comments on a stream whose reply has not started (0 = none)")
 }

@@ -46,6 +46,9 @@ func TestInvalidConfigNamesTheField(t *testing.T) {
 		{"env", map[string]string{"PARLEY_ADDR": "nowhere"}, []string{"dev"}, "addr"},
 		{"env not a number", map[string]string{"PARLEY_KAFKA_PORT": "many"}, []string{"dev"}, "PARLEY_KAFKA_PORT"},
 		{"log level", nil, []string{"dev", "--log-level", "loud", "--data-dir", "x"}, "log level"},
+		{"key cache ttl", nil, []string{"gateway", "--kafka-brokers", "k:9092", "--instance", "gw", "--key-cache-ttl", "-1s"}, "key-cache-ttl"},
+		{"key cache size", nil, []string{"dev", "--key-cache-size", "0"}, "key-cache-size"},
+		{"sse keep-alive env", map[string]string{"PARLEY_SSE_KEEP_ALIVE": "-1s"}, []string{"dev"}, "sse-keep-alive"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -50,13 +50,21 @@ type Config struct {
 	// 0 runs none.
 	Bots int
 	// Learner runs the session consumer and the user-agent refresh.
-	Learner   bool
-	Bootstrap BootstrapConfig
+	Learner bool
+	// KeyCacheTTL, KeyCacheSize and SSEKeepAlive are the gateway's
+	// (gateway.Config).
+	KeyCacheTTL  time.Duration
+	KeyCacheSize int
+	SSEKeepAlive time.Duration
+	Bootstrap    BootstrapConfig
 }
 
 // DefaultConfig keeps data in ./var and serves on 127.0.0.1:8080.
 func DefaultConfig() Config {
-	return Config{DataDir: "var", Addr: "127.0.0.1:8080", Learner: true, Bootstrap: DefaultBootstrapConfig()}
+	gc := gateway.DefaultConfig()
+	return Config{DataDir: "var", Addr: "127.0.0.1:8080", Learner: true,
+		KeyCacheTTL: gc.KeyCacheTTL, KeyCacheSize: gc.KeyCacheSize, SSEKeepAlive: gc.SSEKeepAlive,
+		Bootstrap: DefaultBootstrapConfig()}
 }
 
 // Validate reports the first field that is unusable.
@@ -78,7 +86,16 @@ func (c Config) Validate() error {
 	if c.Bots < 0 {
 		return fmt.Errorf("dev: bots %d is negative", c.Bots)
 	}
+	if err := gatewayd.ValidateKnobs(c.gatewayKnobs(gateway.DefaultConfig())); err != nil {
+		return fmt.Errorf("dev: %w", err)
+	}
 	return c.Bootstrap.Validate()
+}
+
+// gatewayKnobs returns g with the gateway settings of c.
+func (c Config) gatewayKnobs(g gateway.Config) gateway.Config {
+	g.KeyCacheTTL, g.KeyCacheSize, g.SSEKeepAlive = c.KeyCacheTTL, c.KeyCacheSize, c.SSEKeepAlive
+	return g
 }
 
 func (c Config) redis() redisconn.Config {
@@ -145,6 +162,7 @@ func (s *Stack) Run(ctx context.Context) error {
 	gw.SessionLog.Brokers = kafka.ListenAddrs()
 	gw.SessionLog.AllowAutoTopicCreation = true
 	gw.Gateway.PlayerRate = 0 // the bots share one client; per-player limits stay on in production
+	gw.Gateway = s.cfg.gatewayKnobs(gw.Gateway)
 
 	rdb := rc.Open()
 	defer rdb.Close()

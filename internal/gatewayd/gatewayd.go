@@ -86,9 +86,26 @@ func (c Config) Validate() error {
 	if len(c.SessionLog.Brokers) == 0 {
 		return errors.New("gateway: kafka-brokers is required")
 	}
+	if err := ValidateKnobs(c.Gateway); err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
 	c = c.complete()
 	return errors.Join(c.redis().Validate(), c.Gateway.Validate(), c.SessionLog.Validate(), c.Pool.Validate(),
 		c.Rollout.Validate(), c.Admin.Validate(), c.Backend.Validate(), c.Engine.Validate())
+}
+
+// ValidateKnobs checks the gateway's hot-path settings that the gateway and
+// dev commands take as flags, naming the flag of the first unusable one.
+func ValidateKnobs(g gateway.Config) error {
+	switch {
+	case g.KeyCacheTTL < 0:
+		return fmt.Errorf("key-cache-ttl %v is negative (0 turns the API key cache off)", g.KeyCacheTTL)
+	case g.KeyCacheTTL > 0 && g.KeyCacheSize < 1:
+		return fmt.Errorf("key-cache-size %d must be at least 1 while key-cache-ttl is on", g.KeyCacheSize)
+	case g.SSEKeepAlive < 0:
+		return fmt.Errorf("sse-keep-alive %v is negative (0 sends none)", g.SSEKeepAlive)
+	}
+	return nil
 }
 
 // Run serves until ctx is done, then stops the parts in order: the HTTP
