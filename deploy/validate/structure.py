@@ -150,7 +150,7 @@ def check_compose(c, deploy):
     c.check(as_text(ln.get("command")).split()[:1] == ["learner"], where, "learner: command must be `learner`")
     genv, lenv = env_of(gw), env_of(ln)
     for name, env, keys in [
-        ("gateway", genv, ["PARLEY_ADDR", "PARLEY_REDIS_ADDR", "PARLEY_KAFKA_BROKERS", "PARLEY_REGISTRY", "PARLEY_SPOOL_DIR", "PARLEY_DEPLOYMENT"]),
+        ("gateway", genv, ["PARLEY_ADDR", "PARLEY_REDIS_ADDR", "PARLEY_KAFKA_BROKERS", "PARLEY_REGISTRY", "PARLEY_DATA_DIR", "PARLEY_DEPLOYMENT"]),
         ("learner", lenv, ["PARLEY_REDIS_ADDR", "PARLEY_KAFKA_BROKERS", "PARLEY_REGISTRY", "PARLEY_DATA_DIR"]),
     ]:
         for k in keys:
@@ -169,8 +169,8 @@ def check_compose(c, deploy):
     c.check(len(ln_reg) == 1 and not ln_reg[0][1], where, f"learner: the registry ({registry}) must be mounted read-write")
     if gw_reg and ln_reg:
         c.check(gw_reg[0][0] == ln_reg[0][0], where, "the gateway and the learner must share one registry volume")
-    spool = genv.get("PARLEY_SPOOL_DIR")
-    c.check(any(t == spool and s in volumes for s, t, _r in mounts_of(gw)), where, f"gateway: PARLEY_SPOOL_DIR ({spool}) is not on a named volume: spooled events would not survive `down`/`up`")
+    gw_data = genv.get("PARLEY_DATA_DIR")
+    c.check(any(t == gw_data and s in volumes for s, t, _r in mounts_of(gw)), where, f"gateway: PARLEY_DATA_DIR ({gw_data}, which holds the spool) is not on a named volume: spooled events would not survive `down`/`up`")
     data_dir = lenv.get("PARLEY_DATA_DIR")
     c.check(any(t == data_dir and s in volumes for s, t, _r in mounts_of(ln)), where, f"learner: PARLEY_DATA_DIR ({data_dir}) is not on a named volume")
 
@@ -390,7 +390,7 @@ def check_k8s(c, deploy, rendered):
                 c.check(rp == "/readyz", ch, "readinessProbe must GET /readyz (a model is loaded)")
                 c.check(lp == "/healthz", ch, "livenessProbe must GET /healthz")
                 c.check(registry in mounts and mounts[registry].get("readOnly") is True, ch, "gateways must mount the registry read-only")
-                spool = env.get("PARLEY_SPOOL_DIR", "")
+                spool = env.get("PARLEY_DATA_DIR", "")  # the spool is <data dir>/spool
                 c.check(any(spool.startswith(p.rstrip("/") + "/") or spool == p for p in mounts if p != registry), ch, f"the spool {spool!r} is not on a volume")
                 c.check(int(ps.get("terminationGracePeriodSeconds", 30)) > 30, ch, "terminationGracePeriodSeconds must exceed the gateway's 30 s shutdown timeout")
             if name in learners:
@@ -406,6 +406,7 @@ def check_k8s(c, deploy, rendered):
             c.check(any(t.get("key") == "nvidia.com/gpu" for t in ps.get("tolerations") or []), wh, "a GPU gateway must tolerate the nvidia.com/gpu taint")
             c.check(bool(env.get("PJRT_PLUGIN_LIBRARY_PATH")), wh, "a GPU gateway must set PJRT_PLUGIN_LIBRARY_PATH")
             args = " ".join(ctr.get("args") or [])
+            c.check("--plugin" in args or bool(env.get("PARLEY_PLUGIN")), wh, "a GPU gateway must name its PJRT plugin file (PARLEY_PLUGIN or --plugin)")
             c.check("--backend xla" in args or "--backend=xla" in args or env.get("PARLEY_BACKEND") == "xla", wh, "a GPU gateway must run --backend xla")
     c.check(any(
         any("nvidia.com/gpu" in ((ctr.get("resources") or {}).get("limits") or {}) for ctr in pod_spec(w).get("containers") or [])
@@ -477,7 +478,7 @@ def flags_of(binary, command):
 
 
 def env_flag(name):
-    """PARLEY_SPOOL_DIR → spool-dir."""
+    """PARLEY_DATA_DIR → data-dir."""
     return name[len("PARLEY_"):].lower().replace("_", "-")
 
 
@@ -488,7 +489,7 @@ def check_flags(c, deploy, rendered, binary):
     flags = {cmd: flags_of(binary, cmd) for cmd in ("gateway", "learner")}
     either = flags["gateway"] | flags["learner"]
     needed = {
-        "gateway": ["PARLEY_ADDR", "PARLEY_REDIS_ADDR", "PARLEY_KAFKA_BROKERS", "PARLEY_REGISTRY", "PARLEY_SPOOL_DIR", "PARLEY_DEPLOYMENT"],
+        "gateway": ["PARLEY_ADDR", "PARLEY_REDIS_ADDR", "PARLEY_KAFKA_BROKERS", "PARLEY_REGISTRY", "PARLEY_DATA_DIR", "PARLEY_DEPLOYMENT"],
         "learner": ["PARLEY_REDIS_ADDR", "PARLEY_KAFKA_BROKERS", "PARLEY_REGISTRY", "PARLEY_DATA_DIR"],
     }
     uses = []  # (where, role, env names, args)

@@ -39,7 +39,7 @@ MUTATIONS = [
     ("undeclared volume", "docker-compose.yml",
      "learner-data:/var/lib/parley/learner\n    # The learner", "learner-dat:/var/lib/parley/learner\n    # The learner", "not declared"),
     ("spool not on a volume", "docker-compose.yml",
-     "      - gateway-spool:/var/lib/parley/spool\n", "", "PARLEY_SPOOL_DIR"),
+     "      - gateway-data:/var/lib/parley/gateway\n", "", "which holds the spool"),
     ("wrong collector endpoint", "docker-compose.yml",
      "OTEL_EXPORTER_OTLP_ENDPOINT: http://otel-collector:4318", "OTEL_EXPORTER_OTLP_ENDPOINT: http://otel-collector:4317", "OTEL_EXPORTER_OTLP_ENDPOINT"),
     ("unpinned image", "docker-compose.yml",
