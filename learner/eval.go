@@ -243,8 +243,18 @@ func startEngine(m *inference.Model, tok *inference.Tokenizer, scoreBatch int, l
 }
 
 // sumNLL returns the weighted negative log-likelihood of the instances and
-// the weighted token count.
+// the weighted token count. On the pure-Go backend the native trainer's
+// forward scores them, many times faster than GoMLX's graph.
 func sumNLL(m *inference.Model, insts []instance, batch int) (float64, int, error) {
+	logProbs := m.SequenceLogProbs
+	if kind, _ := inference.ResolveTrainer("", m.BackendConfig()); kind == inference.TrainerNative {
+		nt, err := inference.NewNativeTrainer(m, inference.DefaultTrainConfig())
+		if err != nil {
+			return 0, 0, fmt.Errorf("score held-out turns: %w", err)
+		}
+		defer nt.Close()
+		logProbs = nt.LogProbs
+	}
 	var nll float64
 	var n int
 	for start := 0; start < len(insts); start += batch {
@@ -253,7 +263,7 @@ func sumNLL(m *inference.Model, insts []instance, batch int) (float64, int, erro
 		for i, in := range part {
 			seqs[i] = in.tokens
 		}
-		lps, err := m.SequenceLogProbs(seqs)
+		lps, err := logProbs(seqs)
 		if err != nil {
 			return 0, 0, fmt.Errorf("score held-out turns: %w", err)
 		}
