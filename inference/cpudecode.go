@@ -14,8 +14,7 @@ import (
 // backend re-lays-out the weights on every small-M matmul, which makes
 // decode steps several times slower than the arithmetic needs; this path
 // lays the weights out once (rows for dot products with a few tokens,
-// packed panels for the native trainer's blocked gemm with six or more: its
-// AVX-512 12×32 micro-kernel where the CPU has it), reads each
+// 16-wide panels for a register-blocked kernel with six or more), reads each
 // weight once per step for the whole batch, skips inactive rows, and runs
 // the matmuls, attention and SiLU on a fixed pool of goroutines. Three
 // small AVX2/FMA loops (cpudecode_amd64.s) do the arithmetic where the CPU
@@ -351,9 +350,17 @@ func grow(buf *[]float32, n int) []float32 {
 // helper goroutine costs more than it saves.
 const parallelMACs = 1 << 17
 
-// matmul computes y [n, out] (+)= x [n, in] · mᵀ on the pool.
+// matmul computes y [n, out] (+)= x [n, in] · mᵀ on the pool, split over
+// the outputs in chunks that are whole panels.
 func (d *cpuDecoder) matmul(y, x []float32, m *cpuMatrix, n int, add bool) {
-	m.mul(d.pool, y, x, n, add)
+	if n*m.in*m.out < parallelMACs {
+		m.mulRange(y, x, n, 0, m.out, add)
+		return
+	}
+	grain := (max(m.out/8, 4) + 15) / 16 * 16
+	d.pool.run(m.out, grain, func(lo, hi int) {
+		m.mulRange(y, x, n, lo, hi, add)
+	})
 }
 
 // forward feeds token toks[j] at position pos[j] of cache row rows[j],

@@ -121,41 +121,68 @@ func (j *cpuJob) work() {
 }
 
 // cpuMatrix is a weight [out, in] in row layout, for dot products with
-// few input rows, and also packed as the right-hand operand Wᵀ [in, out] of
-// the native trainer's blocked gemm (its AVX-512 12×32, AVX2 6×16 or Go
-// micro-kernel), which many input rows keep busy.
+// few input rows, and, when out is a multiple of 16, also packed in panels
+// of 16 outputs, [out/16][in][16], for the register-blocked kernel that
+// many input rows keep busy (gemm6x16).
 type cpuMatrix struct {
-	w       []float32
-	packed  packedMatrix
-	in, out int
+	w, panels []float32
+	in, out   int
 }
 
 func newCPUMatrix(w []float32, out, in int) cpuMatrix {
 	m := cpuMatrix{w: w, in: in, out: out}
-	m.packed.packCols(nil, w, out, in, in)
+	if out%16 == 0 {
+		m.panels = make([]float32, len(w))
+		for o := range out {
+			p, j := o/16, o%16
+			for k := range in {
+				m.panels[(p*in+k)*16+j] = w[o*in+k]
+			}
+		}
+	}
 	return m
 }
 
-// gemmMinRows is the batch from which cpuMatrix.mul runs the blocked gemm
-// rather than dot products over weight rows.
-const gemmMinRows = 6
-
-// mul computes y [n, out] (+)= x [n, in] · mᵀ on pool: through the blocked
-// gemm with gemmMinRows rows or more, else through dot products split over
-// the outputs.
-func (m *cpuMatrix) mul(pool *cpuPool, y, x []float32, n int, add bool) {
-	if n >= gemmMinRows {
-		gemm(pool, y, m.out, leftOperand{data: x, ld: m.in}, n, &m.packed, add)
+// mulRange computes y[b, o] (+)= Σ_i x[b, i]·m[o, i] for b < n and o in
+// [o0, o1), which must be multiples of 16 when m has panels. With six rows
+// or more, whole groups of six go through the panels and the last few rows
+// with the five before them, into a scratch tile; fewer rows go through dot
+// products.
+func (m *cpuMatrix) mulRange(y, x []float32, n, o0, o1 int, add bool) {
+	in, out := m.in, m.out
+	if m.panels == nil || n < 6 {
+		matmulRows(y, x, m.w, n, in, out, o0, o1, add)
 		return
 	}
-	if n*m.in*m.out < parallelMACs {
-		matmulRows(y, x, m.w, n, m.in, m.out, 0, m.out, add)
-		return
+	rows := n / 6 * 6
+	if !add {
+		for b := range rows {
+			clear(y[b*out+o0 : b*out+o1])
+		}
 	}
-	grain := (max(m.out/8, 4) + 3) / 4 * 4
-	pool.run(m.out, grain, func(lo, hi int) {
-		matmulRows(y, x, m.w, n, m.in, m.out, lo, hi, add)
-	})
+	var tile [6 * 16]float32
+	for p := o0 / 16; p < o1/16; p++ {
+		wp := m.panels[p*in*16 : (p+1)*in*16]
+		for b := 0; b < rows; b += 6 {
+			gemm6x16(wp, x[b*in:], in, in, y[b*out+p*16:], out)
+		}
+		if rows == n {
+			continue
+		}
+		clear(tile[:])
+		gemm6x16(wp, x[(n-6)*in:], in, in, tile[:], 16)
+		for b := rows; b < n; b++ {
+			yb := y[b*out+p*16 : b*out+p*16+16]
+			tb := tile[(b-n+6)*16 : (b-n+7)*16]
+			if !add {
+				copy(yb, tb)
+				continue
+			}
+			for i, v := range tb {
+				yb[i] += v
+			}
+		}
+	}
 }
 
 // gemm6x16Go is gemm6x16 in plain Go.

@@ -214,6 +214,7 @@ func newBenchInferenceCmd() *cobra.Command {
 	f.IntSliceVar(&cfg.Batches, "batches", cfg.Batches, "decode batch sizes")
 	f.StringSliceVar(&cfg.Decoders, "decoders", cfg.Decoders, "decode paths measured in one run (cpu, gomlx); the first gives the headline")
 	f.IntVar(&cfg.DecodeTokens, "decode-tokens", cfg.DecodeTokens, "tokens generated per request")
+	f.IntVar(&cfg.TrainSteps, "train-steps", cfg.TrainSteps, "GoMLX training steps timed (0 skips them; see bench train)")
 	f.Float64Var(&cfg.SgemmFLOPS, "sgemm-flops", cfg.SgemmFLOPS, "the machine's float32 matmul ceiling in FLOP/s (default: measured in the run with --ceiling-tool)")
 	f.StringVar(&cfg.CeilingTool, "ceiling-tool", cfg.CeilingTool, "script printing the OpenBLAS sgemm ceiling; where missing, the native gemm kernel's peak is the ceiling")
 	f.StringVar(&out, "out", "", "write the report as JSON to this file")
