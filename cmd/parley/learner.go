@@ -154,6 +154,7 @@ ETA: a bar on a terminal, a line every few seconds when stderr is a file or a pi
 	f.IntVar(&sft.CheckpointEvery, "checkpoint-every", sft.CheckpointEvery, "steps between checkpoints")
 	f.Uint64Var(&sft.Seed, "seed", sft.Seed, "seed of the split, the initialisation and the batches")
 	backendFlags(f, &sft.Backend)
+	f.StringVar(&sft.Trainer, "trainer", sft.Trainer, `"native" (CPU) or "gomlx"; empty: native on --backend go, gomlx on xla`)
 	_ = cmd.MarkFlagRequired("corpus")
 	_ = cmd.MarkFlagRequired("role")
 	return cmd
