@@ -133,7 +133,7 @@ func TestSRM(t *testing.T) {
 	if math.Abs(s.P-2.8348699304881607e-09) > 1e-20 {
 		t.Errorf("p = %g; want 2.8348699304881607e-09", s.P)
 	}
-	if !s.Checked || !s.Failed || s.SequentialP >= SRMAlpha {
+	if !s.Checked || !s.Failed || s.SequentialP >= SRMSequentialAlpha {
 		t.Errorf("SRM = %+v; want checked and failed", s)
 	}
 	// 9,000 and 1,000 is exactly the share; 9,000 and 1,100 is p 0.0028.
