@@ -141,8 +141,11 @@ func RunTrain(ctx context.Context, cfg TrainConfig, w io.Writer) (TrainReport, e
 	runs := make([]*sizeRun, len(cfg.Sizes))
 	defer func() {
 		for _, r := range runs {
-			if r != nil {
-				r.native.close()
+			if r == nil {
+				continue
+			}
+			r.native.close()
+			if r.gomlx != nil {
 				r.gomlx.close()
 			}
 		}
@@ -158,11 +161,16 @@ func RunTrain(ctx context.Context, cfg TrainConfig, w io.Writer) (TrainReport, e
 		if r.native, err = newBenchTrainer(mc, cfg.Backend, inference.TrainerNative); err != nil {
 			return rep, err
 		}
-		if r.gomlx, err = newBenchTrainer(mc, cfg.Backend, inference.TrainerGoMLX); err != nil {
-			return rep, err
-		}
 		runs[i] = r
+		if r.gomlxSteps > 0 {
+			if r.gomlx, err = newBenchTrainer(mc, cfg.Backend, inference.TrainerGoMLX); err != nil {
+				return rep, err
+			}
+		}
 		for _, t := range []*trainer{r.native, r.gomlx} { // warm up: GoMLX compiles here
+			if t == nil {
+				continue
+			}
 			if _, err := t.step(r.batch); err != nil {
 				return rep, fmt.Errorf("bench train: %w", err)
 			}
