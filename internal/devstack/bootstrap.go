@@ -33,8 +33,8 @@ type BootstrapConfig struct {
 // DefaultBootstrapConfig takes a few minutes on 2 cores with the native
 // trainer: a ~1M-parameter model (the default architecture, d128, 4
 // layers, with a 1,024-token vocabulary; 4 MB a checkpoint) trained 250
-// steps of 16 sequences, about 1.4M tokens for the NPC and 1.1M for the
-// user agent, on the ~940 dialogues of 300 generated players. It is a
+// steps of 16 sequences (about 6,300 tokens a step, 1.6M tokens for each
+// agent) on the ~940 dialogues of 300 generated players. It is a
 // starting point for the learner, not a good NPC; a studio bootstraps from
 // its own corpus with `parley train sft`.
 func DefaultBootstrapConfig() BootstrapConfig {
