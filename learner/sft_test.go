@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -133,9 +134,49 @@ func TestSFTRefusesAnotherRunsCheckpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.Steps = 6
+	other := cfg
+	other.Trainer = inference.TrainerGoMLX
+	if _, err := TrainSFT(context.Background(), other, ds, nil); !errors.Is(err, ErrRunMismatch) {
+		t.Errorf("resume of a native run by the GoMLX trainer returned %v; want ErrRunMismatch", err)
+	}
 	cfg.Train.LearningRate = 1e-3
 	if _, err := TrainSFT(context.Background(), cfg, ds, nil); !errors.Is(err, ErrRunMismatch) {
 		t.Errorf("rerun with other settings in the same run dir returned %v; want ErrRunMismatch", err)
+	}
+}
+
+// TestSFTResumeWithGoMLXTrainer is TestSFTResumeContinuesLossCurve's
+// resume on the GoMLX trainer, whose AdamW state is in the model's context.
+func TestSFTResumeWithGoMLXTrainer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains two models: skipped in -short")
+	}
+	ds := generatedCorpus(t, 12, 3, 4, 1)
+	ctx := context.Background()
+	whole := tinySFTConfig(t, RoleNPC)
+	whole.Trainer, whole.Steps = inference.TrainerGoMLX, 6
+	want, err := TrainSFT(ctx, whole, ds, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := tinySFTConfig(t, RoleNPC)
+	cfg.Trainer, cfg.Steps = inference.TrainerGoMLX, 6
+	crashing := cfg
+	crashing.afterStep = func(step int) error {
+		if step == 4 {
+			return errStop
+		}
+		return nil
+	}
+	if _, err := TrainSFT(ctx, crashing, ds, nil); !errors.Is(err, errStop) {
+		t.Fatalf("crashing run returned %v; want the simulated crash", err)
+	}
+	got, err := TrainSFT(ctx, cfg, ds, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ResumedFrom != 3 || !slices.Equal(got.Losses, want.Losses) {
+		t.Errorf("resumed from %d with losses %v; want from 3 with %v", got.ResumedFrom, got.Losses, want.Losses)
 	}
 }
 
