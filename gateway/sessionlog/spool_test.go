@@ -17,6 +17,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/parleyhq/parley/internal/seglog"
+	"github.com/parleyhq/parley/internal/testenv"
 )
 
 func segmentFiles(t testing.TB, dir string) []string {
@@ -89,13 +90,15 @@ func TestCorruptTailIsTruncated(t *testing.T) {
 		wantEvents int
 		wantCut    int64 // bytes truncated
 	}{
-		{"torn header", func(t *testing.T, path string, _ []int64) { appendFile(t, path, []byte{9, 0, 0}) }, published, 3},
-		{"torn payload", func(t *testing.T, path string, _ []int64) { truncateBy(t, path, 10) }, published - 1, -1},
-		{"flipped bit in the last record", func(t *testing.T, path string, _ []int64) { flipLastByte(t, path) }, published - 1, -1},
-		{"flipped bit in the middle", func(t *testing.T, path string, starts []int64) { flipByteAt(t, path, starts[2]+recordHeaderSize+3) }, 2, -1},
-		{"zeros after the last record", func(t *testing.T, path string, _ []int64) { appendFile(t, path, make([]byte, 4096)) }, published, 4096},
+		{"torn header", func(t *testing.T, path string, _ []int64) { testenv.AppendFile(t, path, []byte{9, 0, 0}) }, published, 3},
+		{"torn payload", func(t *testing.T, path string, _ []int64) { testenv.TruncateBy(t, path, 10) }, published - 1, -1},
+		{"flipped bit in the last record", func(t *testing.T, path string, _ []int64) { testenv.FlipByteAt(t, path, -1) }, published - 1, -1},
+		{"flipped bit in the middle", func(t *testing.T, path string, starts []int64) {
+			testenv.FlipByteAt(t, path, starts[2]+recordHeaderSize+3)
+		}, 2, -1},
+		{"zeros after the last record", func(t *testing.T, path string, _ []int64) { testenv.AppendFile(t, path, make([]byte, 4096)) }, published, 4096},
 		{"huge length", func(t *testing.T, path string, _ []int64) {
-			appendFile(t, path, []byte{0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 1})
+			testenv.AppendFile(t, path, []byte{0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 1})
 		}, published, 9},
 	}
 	for _, tt := range tests {
@@ -116,7 +119,7 @@ func TestCorruptTailIsTruncated(t *testing.T) {
 			path := files[0]
 			starts, end := recordStarts(t, path)
 			tt.damage(t, path, starts)
-			damaged := fileSize(t, path)
+			damaged := testenv.FileSize(t, path)
 
 			second := newHarness(t, cfg)
 			events, backlogBytes := second.Backlog()
@@ -127,7 +130,7 @@ func TestCorruptTailIsTruncated(t *testing.T) {
 			if tt.wantEvents < published {
 				wantSize = starts[tt.wantEvents]
 			}
-			if got := fileSize(t, path); got != wantSize {
+			if got := testenv.FileSize(t, path); got != wantSize {
 				t.Errorf("segment size after recovery = %d; want %d (truncated after the last intact record)", got, wantSize)
 			}
 			if want := wantSize - int64(len(segmentMagic)); backlogBytes != want {
@@ -248,48 +251,6 @@ func readRecord(r io.Reader) (record, int, error) {
 		return record{}, 0, err
 	}
 	return rec, n, nil
-}
-
-func fileSize(t *testing.T, path string) int64 {
-	t.Helper()
-	st, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st.Size()
-}
-
-func appendFile(t *testing.T, path string, b []byte) {
-	t.Helper()
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := f.Write(b); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func truncateBy(t *testing.T, path string, n int64) {
-	t.Helper()
-	if err := os.Truncate(path, fileSize(t, path)-n); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func flipLastByte(t *testing.T, path string) { flipByteAt(t, path, fileSize(t, path)-1) }
-
-func flipByteAt(t *testing.T, path string, off int64) {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data[off] ^= 0x40
-	if err := os.WriteFile(path, data, 0o640); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // TestConcurrentPublishesShareFsyncs publishes one event from each of many

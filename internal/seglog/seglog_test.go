@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/parleyhq/parley/internal/testenv"
 )
 
 const testMagic = "TESTLOG1"
@@ -163,13 +165,13 @@ func TestDamagedTailIsCut(t *testing.T) {
 		damage   func(t *testing.T, path string, starts []int64)
 		wantRecs int
 	}{
-		{"torn header", func(t *testing.T, path string, _ []int64) { appendFile(t, path, []byte{9, 0, 0}) }, 5},
-		{"torn payload", func(t *testing.T, path string, _ []int64) { truncateBy(t, path, 3) }, 4},
-		{"checksum mismatch in the last record", func(t *testing.T, path string, _ []int64) { flipByteAt(t, path, -1) }, 4},
-		{"checksum mismatch in the middle", func(t *testing.T, path string, starts []int64) { flipByteAt(t, path, starts[2]+HeaderSize+1) }, 2},
-		{"zeros after the last record", func(t *testing.T, path string, _ []int64) { appendFile(t, path, make([]byte, 4096)) }, 5},
+		{"torn header", func(t *testing.T, path string, _ []int64) { testenv.AppendFile(t, path, []byte{9, 0, 0}) }, 5},
+		{"torn payload", func(t *testing.T, path string, _ []int64) { testenv.TruncateBy(t, path, 3) }, 4},
+		{"checksum mismatch in the last record", func(t *testing.T, path string, _ []int64) { testenv.FlipByteAt(t, path, -1) }, 4},
+		{"checksum mismatch in the middle", func(t *testing.T, path string, starts []int64) { testenv.FlipByteAt(t, path, starts[2]+HeaderSize+1) }, 2},
+		{"zeros after the last record", func(t *testing.T, path string, _ []int64) { testenv.AppendFile(t, path, make([]byte, 4096)) }, 5},
 		{"huge length", func(t *testing.T, path string, _ []int64) {
-			appendFile(t, path, []byte{0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 1})
+			testenv.AppendFile(t, path, []byte{0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 1})
 		}, 5},
 	}
 	for _, tt := range tests {
@@ -189,7 +191,7 @@ func TestDamagedTailIsCut(t *testing.T) {
 				starts[i] = p.Offset
 			}
 			tt.damage(t, path, starts)
-			damaged := fileSize(t, path)
+			damaged := testenv.FileSize(t, path)
 
 			var logs bytes.Buffer // Open logs from one goroutine
 			opts := testOptions(1 << 20)
@@ -199,7 +201,7 @@ func TestDamagedTailIsCut(t *testing.T) {
 			if tt.wantRecs < len(want) {
 				wantSize = starts[tt.wantRecs]
 			}
-			if got := fileSize(t, path); got != wantSize {
+			if got := testenv.FileSize(t, path); got != wantSize {
 				t.Errorf("segment size after Open = %d; want %d (cut after the last intact record)", got, wantSize)
 			}
 			if rec.Truncated != damaged-wantSize {
@@ -234,15 +236,17 @@ func TestStrict(t *testing.T) {
 		damage  func(t *testing.T, newest, older string, starts []int64)
 		wantCut int64 // -1: Open fails with ErrCorrupt
 	}{
-		{"torn header", func(t *testing.T, newest, _ string, _ []int64) { appendFile(t, newest, []byte{1, 2, 3}) }, 3},
-		{"torn payload", func(t *testing.T, newest, _ string, _ []int64) { truncateBy(t, newest, 2) }, HeaderSize + 9 - 2},
-		{"checksum mismatch in the last record", func(t *testing.T, newest, _ string, _ []int64) { flipByteAt(t, newest, -1) }, HeaderSize + 9},
-		{"length past the end", func(t *testing.T, newest, _ string, _ []int64) { appendFile(t, newest, []byte("0badc0de {\"torn")) }, 15},
-		{"zeros to the end", func(t *testing.T, newest, _ string, _ []int64) { appendFile(t, newest, make([]byte, 100)) }, 100},
+		{"torn header", func(t *testing.T, newest, _ string, _ []int64) { testenv.AppendFile(t, newest, []byte{1, 2, 3}) }, 3},
+		{"torn payload", func(t *testing.T, newest, _ string, _ []int64) { testenv.TruncateBy(t, newest, 2) }, HeaderSize + 9 - 2},
+		{"checksum mismatch in the last record", func(t *testing.T, newest, _ string, _ []int64) { testenv.FlipByteAt(t, newest, -1) }, HeaderSize + 9},
+		{"length past the end", func(t *testing.T, newest, _ string, _ []int64) {
+			testenv.AppendFile(t, newest, []byte("0badc0de {\"torn"))
+		}, 15},
+		{"zeros to the end", func(t *testing.T, newest, _ string, _ []int64) { testenv.AppendFile(t, newest, make([]byte, 100)) }, 100},
 		{"checksum mismatch before the last record", func(t *testing.T, newest, _ string, starts []int64) {
-			flipByteAt(t, newest, starts[0]+HeaderSize)
+			testenv.FlipByteAt(t, newest, starts[0]+HeaderSize)
 		}, -1},
-		{"damage in an older segment", func(t *testing.T, _, older string, _ []int64) { flipByteAt(t, older, -1) }, -1},
+		{"damage in an older segment", func(t *testing.T, _, older string, _ []int64) { testenv.FlipByteAt(t, older, -1) }, -1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -396,49 +400,5 @@ func TestRewrite(t *testing.T) {
 	l2, _ := openLog(t, dir, testOptions(32))
 	if got, _ := scanAll(t, l2, Pos{}); strings.Join(got, ",") != want {
 		t.Errorf("reopened after Rewrite: %q; want %s", got, want)
-	}
-}
-
-func fileSize(t *testing.T, path string) int64 {
-	t.Helper()
-	st, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st.Size()
-}
-
-func appendFile(t *testing.T, path string, b []byte) {
-	t.Helper()
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := f.Write(b); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func truncateBy(t *testing.T, path string, n int64) {
-	t.Helper()
-	if err := os.Truncate(path, fileSize(t, path)-n); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// flipByteAt flips a bit at off, counted from the end when negative.
-func flipByteAt(t *testing.T, path string, off int64) {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if off < 0 {
-		off += int64(len(data))
-	}
-	data[off] ^= 0x40
-	if err := os.WriteFile(path, data, 0o640); err != nil {
-		t.Fatal(err)
 	}
 }
