@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/segmentio/kafka-go"
 
 	"github.com/parleyhq/parley/gateway"
 	"github.com/parleyhq/parley/internal/gatewayd"
@@ -152,7 +151,9 @@ func TestOpenAISDK(t *testing.T) {
 
 	// Kafka holds the SDK's session (started, two turns, ended by the
 	// player) and the one-exchange session (started, turn, ended at max turns).
-	evs := readTopic(ctx, t, k, cfg.SessionLog.Topic, 7)
+	readCtx, cancelRead := context.WithTimeout(ctx, 30*time.Second)
+	defer cancelRead()
+	evs := k.ReadSessionEvents(readCtx, t, cfg.SessionLog.Topic, 7)
 	var named, single []string
 	singleID := ""
 	for _, ev := range evs {
@@ -177,32 +178,6 @@ func TestOpenAISDK(t *testing.T) {
 	if !slices.Equal(single, wantSingle) {
 		t.Errorf("events of the one-exchange session = %v; want %v", single, wantSingle)
 	}
-}
-
-// readTopic reads n session events from the topic.
-func readTopic(ctx context.Context, t *testing.T, k *testenv.Kafka, topic string, n int) []schema.SessionEvent {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	r := kafka.NewReader(kafka.ReaderConfig{Brokers: k.Addrs, Topic: topic, GroupID: k.Prefix + "sdk",
-		StartOffset: kafka.FirstOffset, MaxWait: 200 * time.Millisecond})
-	defer r.Close()
-	var out []schema.SessionEvent
-	for len(out) < n {
-		m, err := r.ReadMessage(ctx)
-		if err != nil {
-			t.Fatalf("read event %d of %d: %v", len(out)+1, n, err)
-		}
-		var ev schema.SessionEvent
-		if err := json.Unmarshal(m.Value, &ev); err != nil {
-			t.Fatal(err)
-		}
-		if err := ev.Validate(); err != nil {
-			t.Errorf("event on the topic: %v", err)
-		}
-		out = append(out, ev)
-	}
-	return out
 }
 
 // testWriter logs what is written to it.

@@ -2,7 +2,6 @@ package gatewayd
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -12,8 +11,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/segmentio/kafka-go"
 
 	"github.com/parleyhq/parley/gateway"
 	"github.com/parleyhq/parley/internal/telemetry"
@@ -73,7 +70,7 @@ func TestGatewayProcessEndToEnd(t *testing.T) {
 
 	// Every session's start, turns and end reach Kafka, each exactly once.
 	want := 2*bots.Sessions + sum.Exchanges
-	events := readEvents(ctx, t, k, cfg.SessionLog.Topic, want)
+	events := k.ReadSessionEvents(ctx, t, cfg.SessionLog.Topic, want)
 	byType := map[schema.EventType]int{}
 	ids := map[string]bool{}
 	for _, ev := range events {
@@ -123,30 +120,4 @@ func TestGatewayProcessEndToEnd(t *testing.T) {
 	if ents, _ := os.ReadDir(filepath.Join(cfg.DataDir, "spool")); len(ents) == 0 {
 		t.Errorf("spool dir is empty; want the spool's files to remain for the next start")
 	}
-}
-
-func readEvents(ctx context.Context, t *testing.T, k *testenv.Kafka, topic string, n int) []schema.SessionEvent {
-	t.Helper()
-	r := kafka.NewReader(kafka.ReaderConfig{Brokers: k.Addrs, Topic: topic, GroupID: k.Prefix + "check",
-		StartOffset: kafka.FirstOffset, MaxWait: 200 * time.Millisecond})
-	defer r.Close()
-	var out []schema.SessionEvent
-	for len(out) < n {
-		m, err := r.ReadMessage(ctx)
-		if err != nil {
-			t.Fatalf("read event %d of %d: %v", len(out)+1, n, err)
-		}
-		var ev schema.SessionEvent
-		if err := json.Unmarshal(m.Value, &ev); err != nil {
-			t.Fatal(err)
-		}
-		if err := ev.Validate(); err != nil {
-			t.Errorf("event on the topic: %v", err)
-		}
-		if string(m.Key) != ev.SessionID {
-			t.Errorf("record key %q; want the session id %q", m.Key, ev.SessionID)
-		}
-		out = append(out, ev)
-	}
-	return out
 }
