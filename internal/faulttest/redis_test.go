@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -26,43 +25,27 @@ type durableRedis struct {
 	addr string
 	port int
 	dir  string
-	cmd  *exec.Cmd
+	proc *redisProc
 }
 
 func startDurableRedis(t *testing.T) *durableRedis {
 	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Fatal("redis-server is not installed (apt-get install -y redis-server)")
-	}
 	r := &durableRedis{t: t, port: testenv.FreePort(t), dir: t.TempDir()}
 	r.addr = "127.0.0.1:" + strconv.Itoa(r.port)
 	r.start()
-	t.Cleanup(r.kill)
 	return r
 }
 
+// start (re)starts redis-server on its port with its data and waits until
+// it answers PING.
 func (r *durableRedis) start() {
 	r.t.Helper()
-	r.cmd = exec.Command("redis-server", "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
+	r.proc = startRedisProc(r.t, "redis-server", r.port, "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "yes", "--appendfsync", "always", "--dir", r.dir,
 		"--logfile", filepath.Join(r.dir, "redis.log"))
-	if err := r.cmd.Start(); err != nil {
-		r.t.Fatalf("start redis-server: %v", err)
-	}
-	c := redisClient(r.t, r.addr)
-	waitFor(r.t, 10*time.Second, "redis-server answering PING", func() bool {
-		return c.Ping(context.Background()).Err() == nil
-	})
 }
 
-func (r *durableRedis) kill() {
-	if r.cmd == nil {
-		return
-	}
-	_ = r.cmd.Process.Kill()
-	_ = r.cmd.Wait()
-	r.cmd = nil
-}
+func (r *durableRedis) kill() { r.proc.kill() }
 
 // TestRedisDownAndBack kills Redis (SIGKILL) under a running gateway and
 // starts it again with its data, without touching the gateway.
