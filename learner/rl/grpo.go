@@ -293,12 +293,20 @@ func (u *Updater) Update(ctx context.Context, samples []Sample, rng *rand.Rand) 
 	if u.cfg.SequenceLevel {
 		name, loss = "rl_sequence", u.sequenceLoss
 	}
+	return stepBatches(ctx, st, batches, func(b batch) (float32, error) {
+		return u.tr.StepWith(name, loss, b.p.in, b.p.tg, b.p.mask, b.old, b.ref, b.p.adv)
+	})
+}
+
+// stepBatches takes one gradient step per minibatch, in order, and records
+// in st how many it took and their mean loss.
+func stepBatches[B any](ctx context.Context, st UpdateStats, batches []B, step func(B) (float32, error)) (UpdateStats, error) {
 	lossSum := 0.0
 	for _, b := range batches {
 		if err := ctx.Err(); err != nil {
 			return st, err
 		}
-		l, err := u.tr.StepWith(name, loss, b.p.in, b.p.tg, b.p.mask, b.old, b.ref, b.p.adv)
+		l, err := step(b)
 		if err != nil {
 			return st, fmt.Errorf("rl update: %w", err)
 		}

@@ -58,20 +58,9 @@ func (u *Updater) updateNative(ctx context.Context, samples []Sample, order []in
 	if st.Tokens > 0 {
 		st.KL = klSum / float64(st.Tokens)
 	}
-	lossSum := 0.0
-	for _, b := range batches {
-		if err := ctx.Err(); err != nil {
-			return st, err
-		}
-		l, err := u.native.StepWeighted(b.seqs, u.weigh(b))
-		if err != nil {
-			return st, fmt.Errorf("rl update: %w", err)
-		}
-		lossSum += float64(l)
-		st.GradSteps++
-	}
-	st.Loss = lossSum / float64(st.GradSteps)
-	return st, nil
+	return stepBatches(ctx, st, batches, func(b nativeBatch) (float32, error) {
+		return u.native.StepWeighted(b.seqs, u.weigh(b))
+	})
 }
 
 // weigh returns the loss of tokenLoss (or sequenceLoss with
