@@ -23,14 +23,7 @@ import (
 func ownerEnv(t *testing.T) (*rollout.Client, *Collector, *Owner, schema.RolloutState) {
 	t.Helper()
 	ctx := context.Background()
-	r := testenv.StartRedis(t)
-	rcfg := rollout.DefaultConfig()
-	rcfg.Prefix = r.Prefix
-	log := slog.New(slog.NewTextHandler(t.Output(), nil))
-	rc, err := rollout.New(r.Client, rcfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rc, log := startRollout(t)
 	if _, err := rc.Init(ctx, "npc", "v1", "test"); err != nil {
 		t.Fatal(err)
 	}

@@ -14,8 +14,10 @@ import (
 
 var _ Controller = (*rollout.Client)(nil)
 
-func TestWatchdogActsOnTheRollout(t *testing.T) {
-	ctx := context.Background()
+// startRollout returns a rollout client on a fresh Redis and the logger,
+// writing to the test's output, that it and the code under test share.
+func startRollout(t *testing.T) (*rollout.Client, *slog.Logger) {
+	t.Helper()
 	r := testenv.StartRedis(t)
 	rcfg := rollout.DefaultConfig()
 	rcfg.Prefix = r.Prefix
@@ -24,6 +26,12 @@ func TestWatchdogActsOnTheRollout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return rc, log
+}
+
+func TestWatchdogActsOnTheRollout(t *testing.T) {
+	ctx := context.Background()
+	rc, log := startRollout(t)
 	now := t0.Add(time.Hour)
 	better := func(arm string, i int) int {
 		if arm == schema.ArmCanary {
