@@ -271,7 +271,7 @@ func driveSoak(ctx context.Context, cfg SoakConfig, c *client.Client, brokerPID 
 			ElapsedS: now.Sub(start).Seconds(), Requests: len(lat), Errors: errs,
 			ReqPerSec: float64(len(lat)) / now.Sub(last).Seconds(),
 			P50Ms:     abtest.Percentile(lat, 50), P95Ms: abtest.Percentile(lat, 95), P99Ms: abtest.Percentile(lat, 99),
-			RSSMB: rssMB("self"), Goroutines: runtime.NumGoroutine(), BrokerRSSMB: rssMB(strconv.Itoa(brokerPID)),
+			RSSMB: procStatusMB("self", "VmRSS"), Goroutines: runtime.NumGoroutine(), BrokerRSSMB: procStatusMB(strconv.Itoa(brokerPID), "VmRSS"),
 		}
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
@@ -363,9 +363,9 @@ func soakPlayer(ctx context.Context, c *client.Client, player string, turns int,
 	}
 }
 
-// rssMB reads the resident set size of process pid ("self" for this one)
-// from /proc; 0 where there is none.
-func rssMB(pid string) float64 {
+// procStatusMB reads a memory field of /proc/PID/status (VmRSS, VmHWM...)
+// of process pid ("self" for this one) in MB; 0 where there is none.
+func procStatusMB(pid, field string) float64 {
 	f, err := os.Open("/proc/" + pid + "/status")
 	if err != nil {
 		return 0
@@ -373,7 +373,7 @@ func rssMB(pid string) float64 {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+		if rest, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
 			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
 			return kb / 1024
 		}

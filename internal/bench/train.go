@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,8 +11,6 @@ import (
 	"os/exec"
 	"runtime"
 	"slices"
-	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -273,31 +270,13 @@ func timeSteps(ctx context.Context, t *trainer, b inference.Batch, steps int) (f
 			return 0, 0, fmt.Errorf("bench train: %w", err)
 		}
 	}
-	return time.Since(start).Seconds() / float64(steps), peakRSSMB(), nil
+	return time.Since(start).Seconds() / float64(steps), procStatusMB("self", "VmHWM"), nil
 }
 
 // resetPeakRSS resets the kernel's record of this process's peak RSS
 // (VmHWM); it does nothing where /proc/self/clear_refs is not writable.
 func resetPeakRSS() {
 	_ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
-}
-
-// peakRSSMB is this process's peak RSS (VmHWM) in MB, 0 where /proc is
-// unavailable.
-func peakRSSMB() float64 {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
-			return kb / 1024
-		}
-	}
-	return 0
 }
 
 // MeasureCeiling returns the machine's float32 matmul ceiling in FLOP/s and
