@@ -46,3 +46,20 @@ func (s *Server) publish(ctx context.Context, ev schema.SessionEvent) error {
 	}
 	return nil
 }
+
+// publishTurn publishes exchange x of sess, which took latency and comp's
+// tokens, as a turn event.
+func (s *Server) publishTurn(ctx context.Context, sess *session, x schema.Exchange, comp Completion, latency time.Duration) error {
+	ev := s.newEvent(sess, schema.TurnEvent)
+	ev.Turn, ev.UserText, ev.NPCText, ev.Safety = x.Turn, x.User, x.NPC, x.Safety
+	ev.LatencyMS = latency.Milliseconds()
+	ev.TokensIn, ev.TokensOut = comp.PromptTokens, comp.CompletionTokens
+	return s.publish(ctx, ev)
+}
+
+// publishMaxTurnsEnd publishes the end of sess at its max turns, after turn.
+func (s *Server) publishMaxTurnsEnd(ctx context.Context, sess *session, turn int) error {
+	end := s.endedEvent(sess, schema.EndMaxTurns)
+	end.Turns = turn
+	return s.publish(ctx, end)
+}

@@ -169,17 +169,11 @@ func (s *Server) messageHandler(c echo.Context) error {
 	// whose event is lost.
 	record := context.WithoutCancel(ctx)
 	x := schema.Exchange{Turn: sess.Turns + 1, User: msg.Text, NPC: reply, Safety: verdict.Safety}
-	ev := s.newEvent(sess, schema.TurnEvent)
-	ev.Turn, ev.UserText, ev.NPCText, ev.Safety = x.Turn, x.User, x.NPC, x.Safety
-	ev.LatencyMS = time.Since(start).Milliseconds()
-	ev.TokensIn, ev.TokensOut = out.Completion.PromptTokens, out.Completion.CompletionTokens
-	if err := s.publish(record, ev); err != nil {
+	if err := s.publishTurn(record, sess, x, out.Completion, time.Since(start)); err != nil {
 		return sse.fail(s, err)
 	}
 	if x.Turn >= s.cfg.MaxTurns {
-		end := s.endedEvent(sess, schema.EndMaxTurns)
-		end.Turns = x.Turn
-		if err := s.publish(record, end); err != nil {
+		if err := s.publishMaxTurnsEnd(record, sess, x.Turn); err != nil {
 			return sse.fail(s, err)
 		}
 	}

@@ -274,18 +274,12 @@ func (s *Server) logChatTurn(ctx context.Context, conv *chatConversation, x sche
 		}
 		s.metrics.started.Add(ctx, 1)
 	}
-	ev := s.newEvent(sess, schema.TurnEvent)
-	ev.Turn, ev.UserText, ev.NPCText, ev.Safety = x.Turn, x.User, x.NPC, x.Safety
-	ev.LatencyMS = latency.Milliseconds()
-	ev.TokensIn, ev.TokensOut = comp.PromptTokens, comp.CompletionTokens
-	if err := s.publish(record, ev); err != nil {
+	if err := s.publishTurn(record, sess, x, comp, latency); err != nil {
 		return err
 	}
 	s.metrics.turn(ctx, x.Safety)
 	if conv.lock == nil || x.Turn >= s.cfg.MaxTurns {
-		end := s.endedEvent(sess, schema.EndMaxTurns)
-		end.Turns = x.Turn
-		if err := s.publish(record, end); err != nil {
+		if err := s.publishMaxTurnsEnd(record, sess, x.Turn); err != nil {
 			return err
 		}
 		s.metrics.sessionsEnded(ctx, schema.EndMaxTurns)
