@@ -2,13 +2,11 @@ package gatewayd
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -96,8 +94,8 @@ func TestGatewayOnRedisCluster(t *testing.T) {
 	cfg.Rollout.PollInterval = 200 * time.Millisecond
 	testenv.PublishTinyModel(t, cfg.Registry, "npc", "v1")
 
-	var logs strings.Builder
-	tel, err := telemetry.New(ctx, telemetry.DefaultConfig(), &lockedWriter{w: &logs})
+	var logs testenv.LogBuffer
+	tel, err := telemetry.New(ctx, telemetry.DefaultConfig(), &logs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,16 +151,4 @@ func TestGatewayOnRedisCluster(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Errorf("Run after shutdown = %v; want nil", err)
 	}
-}
-
-// lockedWriter serialises the writes of concurrent loggers.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
