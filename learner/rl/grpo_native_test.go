@@ -15,12 +15,7 @@ import (
 // the same way by about as much. Two minibatches per update and a large
 // learning rate put later ratios away from 1, some beyond the clip.
 func TestNativeUpdateMatchesGoMLX(t *testing.T) {
-	samples := []Sample{
-		{Prompt: []int{1, 2, 3, 4}, Tokens: []int{5, 6, 7}, Advantage: 1},
-		{Prompt: []int{1, 2, 3, 4}, Tokens: []int{8, 9, 10, 11}, Advantage: -1},
-		{Prompt: []int{1, 2, 12}, Tokens: []int{20, 21}, Advantage: 0.5},
-		{Prompt: []int{1, 2, 12}, Tokens: []int{30, 31, 32}, Advantage: -0.5},
-	}
+	samples := twoGroupSamples()
 	for _, seqLevel := range []bool{false, true} {
 		name := map[bool]string{false: "token ratio", true: "sequence ratio"}[seqLevel]
 		t.Run(name, func(t *testing.T) {

@@ -28,13 +28,19 @@ func sum(xs []float32) float64 {
 	return s
 }
 
-func TestUpdateMovesLogProbsWithTheAdvantage(t *testing.T) {
-	samples := []Sample{
+// twoGroupSamples is two groups of two responses to one prompt each, with
+// advantages of both signs and two sizes.
+func twoGroupSamples() []Sample {
+	return []Sample{
 		{Prompt: []int{1, 2, 3, 4}, Tokens: []int{5, 6, 7}, Advantage: 1},
 		{Prompt: []int{1, 2, 3, 4}, Tokens: []int{8, 9, 10, 11}, Advantage: -1},
 		{Prompt: []int{1, 2, 12}, Tokens: []int{20, 21}, Advantage: 0.5},
 		{Prompt: []int{1, 2, 12}, Tokens: []int{30, 31, 32}, Advantage: -0.5},
 	}
+}
+
+func TestUpdateMovesLogProbsWithTheAdvantage(t *testing.T) {
+	samples := twoGroupSamples()
 	for _, seqLevel := range []bool{false, true} {
 		name := map[bool]string{false: "GRPO token ratio", true: "GSPO sequence ratio"}[seqLevel]
 		t.Run(name, func(t *testing.T) {
