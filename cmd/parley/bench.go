@@ -184,6 +184,26 @@ shares of seeds with each outcome; see internal/bench/ab.go for the scenarios.`,
 	return cmd
 }
 
+// runReport returns the RunE of a bench that validates *cfg, runs run with
+// it and writes the report to the file *out names, if any.
+func runReport[C interface{ Validate() error }, R any](cfg *C, out *string, run func(context.Context, C, io.Writer) (R, error)) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error {
+		if err := (*cfg).Validate(); err != nil {
+			return err
+		}
+		rep, err := run(cmd.Context(), *cfg, cmd.OutOrStdout())
+		if err != nil {
+			return err
+		}
+		return writeJSONFile(*out, rep)
+	}
+}
+
+// ceilingToolFlag adds --ceiling-tool to f, filling tool.
+func ceilingToolFlag(f *pflag.FlagSet, tool *string) {
+	f.StringVar(tool, "ceiling-tool", *tool, "script printing the OpenBLAS sgemm ceiling; where missing, the native gemm kernel's peak is the ceiling")
+}
+
 // backendFlags adds --backend and --plugin to f, filling b.
 func backendFlags(f *pflag.FlagSet, b *inference.BackendConfig) {
 	f.StringVar(&b.Name, "backend", b.Name, `numeric backend: "go" (pure Go, CPU) or "xla" (PJRT; needs --plugin)`)
@@ -197,16 +217,7 @@ func newBenchInferenceCmd() *cobra.Command {
 		Use:   "inference [--out FILE.json]",
 		Short: "Decode tokens/s at several batch sizes, time to first token, prefill, FLOP/s, naive recompute",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := cfg.Validate(); err != nil {
-				return err
-			}
-			rep, err := bench.RunInference(cmd.Context(), cfg, cmd.OutOrStdout())
-			if err != nil {
-				return err
-			}
-			return writeJSONFile(out, rep)
-		},
+		RunE:  runReport(&cfg, &out, bench.RunInference),
 	}
 	backendFlags(cmd.Flags(), &cfg.Backend)
 	f := cmd.Flags()
@@ -216,7 +227,7 @@ func newBenchInferenceCmd() *cobra.Command {
 	f.IntVar(&cfg.DecodeTokens, "decode-tokens", cfg.DecodeTokens, "tokens generated per request")
 	f.IntVar(&cfg.TrainSteps, "train-steps", cfg.TrainSteps, "GoMLX training steps timed (0 skips them; see bench train)")
 	f.Float64Var(&cfg.SgemmFLOPS, "sgemm-flops", cfg.SgemmFLOPS, "the machine's float32 matmul ceiling in FLOP/s (default: measured in the run with --ceiling-tool)")
-	f.StringVar(&cfg.CeilingTool, "ceiling-tool", cfg.CeilingTool, "script printing the OpenBLAS sgemm ceiling; where missing, the native gemm kernel's peak is the ceiling")
+	ceilingToolFlag(f, &cfg.CeilingTool)
 	f.StringVar(&out, "out", "", "write the report as JSON to this file")
 	return cmd
 }
@@ -234,16 +245,7 @@ native gemm kernel's peak where the tool is missing), with the peak RSS while ea
 steps. GoMLX takes tens of seconds per step at the larger sizes: it runs --gomlx-larger-steps
 per round there (0 skips it).`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := cfg.Validate(); err != nil {
-				return err
-			}
-			rep, err := bench.RunTrain(cmd.Context(), cfg, cmd.OutOrStdout())
-			if err != nil {
-				return err
-			}
-			return writeJSONFile(out, rep)
-		},
+		RunE: runReport(&cfg, &out, bench.RunTrain),
 	}
 	backendFlags(cmd.Flags(), &cfg.Backend)
 	f := cmd.Flags()
@@ -253,7 +255,7 @@ per round there (0 skips it).`,
 	f.IntVar(&cfg.NativeSteps, "native-steps", cfg.NativeSteps, "native trainer steps timed per round and size")
 	f.IntVar(&cfg.GoMLXSteps, "gomlx-steps", cfg.GoMLXSteps, "GoMLX steps timed per round at the default size")
 	f.IntVar(&cfg.GoMLXLargerSteps, "gomlx-larger-steps", cfg.GoMLXLargerSteps, "GoMLX steps timed per round at the larger sizes (0 skips them)")
-	f.StringVar(&cfg.CeilingTool, "ceiling-tool", cfg.CeilingTool, "script printing the OpenBLAS sgemm ceiling; where missing, the native gemm kernel's peak is the ceiling")
+	ceilingToolFlag(f, &cfg.CeilingTool)
 	f.StringVar(&out, "out", "", "write the report as JSON to this file")
 	return cmd
 }
