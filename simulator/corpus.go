@@ -116,6 +116,13 @@ type LengthStats struct {
 	AvgL     float64 `json:"avg_l"`
 }
 
+// Add counts one more session of the given exchange length.
+func (l LengthStats) Add(exchanges int) LengthStats {
+	l.AvgL = (l.AvgL*float64(l.Sessions) + float64(exchanges)) / float64(l.Sessions+1)
+	l.Sessions++
+	return l
+}
+
 // NPC is anything that answers a player: a ScriptedNPC, or a policy.
 type NPC interface {
 	Reply(playerText string) (string, schema.Safety)
@@ -211,10 +218,7 @@ func GenerateCorpus(ctx context.Context, cfg CorpusConfig, w io.Writer) (CorpusS
 			stats.Events += len(events)
 			stats.Exchanges += len(d.Exchanges)
 			stats.Reasons[d.Reason]++
-			ls := stats.ByQuality[q]
-			ls.AvgL = (ls.AvgL*float64(ls.Sessions) + float64(len(d.Exchanges))) / float64(ls.Sessions+1)
-			ls.Sessions++
-			stats.ByQuality[q] = ls
+			stats.ByQuality[q] = stats.ByQuality[q].Add(len(d.Exchanges))
 			for _, x := range d.Exchanges {
 				switch x.Safety {
 				case schema.SafetyCrisis:

@@ -1,6 +1,6 @@
 // Package simulator holds the players: the ground-truth player population,
-// the bootstrap corpus generator, corpus importers, the load and referee
-// driver, and the learned user agent.
+// the bootstrap corpus generator, corpus importers and the learned user
+// agent; simulator/bots drives the personas against a running gateway.
 //
 //   - [Population] and [Persona] are the seeded ground-truth players; a
 //     [Conversation] reacts to NPC replies by the rules of RULES.md
@@ -10,7 +10,5 @@
 //     session events as JSON lines.
 //   - [ImportDailyDialog], [ImportJSONL] and [ReadCorpus] read dialogues;
 //     [DialogueEvents] turns a [schema.Dialogue] into session events.
-//   - [RunBots] plays personas against a running gateway over HTTP and
-//     returns a [BotsSummary].
 //   - [UserAgent] is the learned player simulator on an inference engine.
 package simulator

@@ -1,13 +1,12 @@
 package main
 
 import (
+	"github.com/parleyhq/parley/simulator/bots"
 	"github.com/spf13/cobra"
-
-	"github.com/parleyhq/parley/simulator"
 )
 
 func newBotsCmd(g *globalFlags) *cobra.Command {
-	cfg := simulator.DefaultBotsConfig()
+	cfg := bots.DefaultConfig()
 	var out string
 	cmd := &cobra.Command{
 		Use:   "bots --gateway URL --api-key KEY",
@@ -24,7 +23,7 @@ end reasons and errors. With --out the summary is also written as JSON.`,
 			if err != nil {
 				return err
 			}
-			sum, err := simulator.RunBots(cmd.Context(), cfg, tel.Logger)
+			sum, err := bots.Run(cmd.Context(), cfg, tel.Logger)
 			if err != nil {
 				return err
 			}

@@ -27,7 +27,7 @@ import (
 	"github.com/parleyhq/parley/internal/learnerd"
 	"github.com/parleyhq/parley/internal/redisconn"
 	"github.com/parleyhq/parley/internal/telemetry"
-	"github.com/parleyhq/parley/simulator"
+	"github.com/parleyhq/parley/simulator/bots"
 )
 
 // Config says where the dev stack keeps its data and listens.
@@ -218,12 +218,12 @@ func (s *Stack) Run(ctx context.Context) error {
 // runBots plays rounds of ground-truth players against the gateway until
 // ctx is done, logging each round's summary.
 func (s *Stack) runBots(ctx context.Context, base, key string) error {
-	cfg := simulator.DefaultBotsConfig()
+	cfg := bots.DefaultConfig()
 	cfg.GatewayURL, cfg.APIKey = base, key
 	cfg.Players, cfg.Concurrency, cfg.Sessions = 50, s.cfg.Bots, 4*s.cfg.Bots
 	for round := uint64(1); ctx.Err() == nil; round++ {
 		cfg.Seed = round
-		sum, err := simulator.RunBots(ctx, cfg, s.log.With("component", "bots"))
+		sum, err := bots.Run(ctx, cfg, s.log.With("component", "bots"))
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil

@@ -10,7 +10,7 @@ import (
 
 	"github.com/parleyhq/parley/gateway"
 	"github.com/parleyhq/parley/schema"
-	"github.com/parleyhq/parley/simulator"
+	"github.com/parleyhq/parley/simulator/bots"
 )
 
 // TestBrokerKilledDuringLoad stops the broker while bots play against a
@@ -28,16 +28,16 @@ func TestBrokerKilledDuringLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	bots := simulator.DefaultBotsConfig()
-	bots.GatewayURL, bots.APIKey = gw.base, key
-	bots.Players, bots.Sessions, bots.Concurrency, bots.MaxTurns = 16, 400, 4, 4
+	players := bots.DefaultConfig()
+	players.GatewayURL, players.APIKey = gw.base, key
+	players.Players, players.Sessions, players.Concurrency, players.MaxTurns = 16, 400, 4, 4
 	type result struct {
-		sum simulator.BotsSummary
+		sum bots.Summary
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		sum, err := simulator.RunBots(ctx, bots, slog.New(slog.DiscardHandler))
+		sum, err := bots.Run(ctx, players, slog.New(slog.DiscardHandler))
 		done <- result{sum, err}
 	}()
 
@@ -90,9 +90,9 @@ func TestBrokerKilledDuringLoad(t *testing.T) {
 	t.Logf("events: bots expect %d; topic holds %d records, %d unique, %d duplicates (%v); gateway delivered %v, largest spool backlog seen %v, failed writes %v",
 		want, c.records, c.unique, c.duplicates, c.byType, delivered, backlog, sendErrors)
 
-	if sum.Errors != 0 || sum.Completed != bots.Sessions {
+	if sum.Errors != 0 || sum.Completed != players.Sessions {
 		t.Errorf("bots: %d of %d completed, %d errors %v; want all completed: a broker outage must not reach players",
-			sum.Completed, bots.Sessions, sum.Errors, sum.ErrorCodes)
+			sum.Completed, players.Sessions, sum.Errors, sum.ErrorCodes)
 	}
 	if c.byType[schema.SessionStarted] != sum.Completed || c.byType[schema.SessionEnded] != sum.Completed || c.byType[schema.TurnEvent] != sum.Exchanges {
 		t.Errorf("unique events by type = %v; want %d started, %d turns, %d ended (events lost or invented)",

@@ -17,7 +17,7 @@ import (
 	"github.com/parleyhq/parley/internal/telemetry"
 	"github.com/parleyhq/parley/internal/testenv"
 	"github.com/parleyhq/parley/rollout"
-	"github.com/parleyhq/parley/simulator"
+	"github.com/parleyhq/parley/simulator/bots"
 )
 
 // startRedisCluster runs three redis-server nodes joined by
@@ -133,16 +133,16 @@ func TestGatewayOnRedisCluster(t *testing.T) {
 		return err == nil && len(fleet) == 1 && fleet[0].Canary == "v2" && len(fleet[0].Loaded) == 2
 	})
 
-	bots := simulator.DefaultBotsConfig()
-	bots.GatewayURL, bots.APIKey = base, key
-	bots.Players, bots.Sessions, bots.Concurrency, bots.MaxTurns = 4, 8, 4, 3
-	sum, err := simulator.RunBots(ctx, bots, slog.New(slog.DiscardHandler))
+	players := bots.DefaultConfig()
+	players.GatewayURL, players.APIKey = base, key
+	players.Players, players.Sessions, players.Concurrency, players.MaxTurns = 4, 8, 4, 3
+	sum, err := bots.Run(ctx, players, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sum.Errors != 0 || sum.Completed != bots.Sessions {
+	if sum.Errors != 0 || sum.Completed != players.Sessions {
 		t.Fatalf("bots on a Redis Cluster: %d completed, %d errors %v; want %d completed, no errors",
-			sum.Completed, sum.Errors, sum.ErrorCodes, bots.Sessions)
+			sum.Completed, sum.Errors, sum.ErrorCodes, players.Sessions)
 	}
 	if _, err := ro.Promote(ctx, cfg.Gateway.Deployment, "cluster-test", "cluster test"); err != nil {
 		t.Errorf("promote on a cluster: %v", err)

@@ -16,7 +16,7 @@ import (
 	"github.com/parleyhq/parley/internal/telemetry"
 	"github.com/parleyhq/parley/internal/testenv"
 	"github.com/parleyhq/parley/schema"
-	"github.com/parleyhq/parley/simulator"
+	"github.com/parleyhq/parley/simulator/bots"
 )
 
 // TestGatewayProcessEndToEnd runs the whole gateway process against real
@@ -54,22 +54,22 @@ func TestGatewayProcessEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	bots := simulator.DefaultBotsConfig()
-	bots.GatewayURL, bots.APIKey = base, playerKey
-	bots.Players, bots.Sessions, bots.Concurrency, bots.MaxTurns = 4, 6, 3, 4
-	sum, err := simulator.RunBots(ctx, bots, slog.New(slog.DiscardHandler))
+	players := bots.DefaultConfig()
+	players.GatewayURL, players.APIKey = base, playerKey
+	players.Players, players.Sessions, players.Concurrency, players.MaxTurns = 4, 6, 3, 4
+	sum, err := bots.Run(ctx, players, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sum.Errors != 0 || sum.Completed != bots.Sessions {
-		t.Fatalf("bots: %d completed, %d errors %v; want %d completed, no errors", sum.Completed, sum.Errors, sum.ErrorCodes, bots.Sessions)
+	if sum.Errors != 0 || sum.Completed != players.Sessions {
+		t.Fatalf("bots: %d completed, %d errors %v; want %d completed, no errors", sum.Completed, sum.Errors, sum.ErrorCodes, players.Sessions)
 	}
-	if got := sum.PerPolicy["v1"].Sessions; got != bots.Sessions {
-		t.Errorf("sessions on v1 = %d; want %d (the registry's only version)", got, bots.Sessions)
+	if got := sum.PerPolicy["v1"].Sessions; got != players.Sessions {
+		t.Errorf("sessions on v1 = %d; want %d (the registry's only version)", got, players.Sessions)
 	}
 
 	// Every session's start, turns and end reach Kafka, each exactly once.
-	want := 2*bots.Sessions + sum.Exchanges
+	want := 2*players.Sessions + sum.Exchanges
 	events := k.ReadSessionEvents(ctx, t, cfg.SessionLog.Topic, want)
 	byType := map[schema.EventType]int{}
 	ids := map[string]bool{}
@@ -83,8 +83,8 @@ func TestGatewayProcessEndToEnd(t *testing.T) {
 			t.Errorf("event %s: policy %q deployment %q; want v1, e2e", ev.EventID, ev.PolicyVersion, ev.Deployment)
 		}
 	}
-	if byType[schema.SessionStarted] != bots.Sessions || byType[schema.SessionEnded] != bots.Sessions || byType[schema.TurnEvent] != sum.Exchanges {
-		t.Errorf("events by type = %v; want %d started, %d turns, %d ended", byType, bots.Sessions, sum.Exchanges, bots.Sessions)
+	if byType[schema.SessionStarted] != players.Sessions || byType[schema.SessionEnded] != players.Sessions || byType[schema.TurnEvent] != sum.Exchanges {
+		t.Errorf("events by type = %v; want %d started, %d turns, %d ended", byType, players.Sessions, sum.Exchanges, players.Sessions)
 	}
 
 	// The admin API answers live-ops, refuses a player key; the dashboard is served.

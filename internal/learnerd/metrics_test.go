@@ -19,7 +19,7 @@ import (
 	"github.com/parleyhq/parley/internal/gatewayd"
 	"github.com/parleyhq/parley/internal/telemetry"
 	"github.com/parleyhq/parley/internal/testenv"
-	"github.com/parleyhq/parley/simulator"
+	"github.com/parleyhq/parley/simulator/bots"
 )
 
 // TestMetricsAfterTraffic runs a gateway and a learner in one process with
@@ -71,10 +71,10 @@ func TestMetricsAfterTraffic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bots := simulator.DefaultBotsConfig()
-	bots.GatewayURL, bots.APIKey = base, key
-	bots.Players, bots.Sessions, bots.Concurrency, bots.MaxTurns = 3, 4, 2, 3
-	if sum, err := simulator.RunBots(ctx, bots, slog.New(slog.DiscardHandler)); err != nil || sum.Errors != 0 {
+	players := bots.DefaultConfig()
+	players.GatewayURL, players.APIKey = base, key
+	players.Players, players.Sessions, players.Concurrency, players.MaxTurns = 3, 4, 2, 3
+	if sum, err := bots.Run(ctx, players, slog.New(slog.DiscardHandler)); err != nil || sum.Errors != 0 {
 		t.Fatalf("bots: %+v, %v", sum, err)
 	}
 

@@ -30,6 +30,7 @@ import (
 	"github.com/parleyhq/parley/rollout/abtest"
 	"github.com/parleyhq/parley/schema"
 	"github.com/parleyhq/parley/simulator"
+	"github.com/parleyhq/parley/simulator/bots"
 )
 
 // Sizes of the loop: bots play a refresh window, then enough more sessions
@@ -139,8 +140,8 @@ func TestClosedLoop(t *testing.T) {
 	gw.Gateway.PlayerRate, gw.Gateway.ClientRate = 0, 0
 	gw.Rollout.PollInterval = 200 * time.Millisecond
 
-	bots := simulator.DefaultBotsConfig()
-	bots.Players, bots.Seed, bots.MaxTurns, bots.Concurrency = botPlayers, botSeed, botMaxTurns, 4
+	players := bots.DefaultConfig()
+	players.Players, players.Seed, players.MaxTurns, players.Concurrency = botPlayers, botSeed, botMaxTurns, 4
 
 	lc := learnerd.DefaultConfig()
 	lc.Learner.DataDir, lc.Learner.Registry = filepath.Join(dir, "learner"), registryRoot
@@ -160,7 +161,7 @@ func TestClosedLoop(t *testing.T) {
 	cy.UserAgent = lc.Learner.Refresh.SFT.UserAgent
 	cy.MaxTurns, cy.HeldOutShare = botMaxTurns, 0.25
 	cy.EvalPrompts, cy.EvalDepth, cy.CurvePrompts, cy.CurveEvery = 16, botMaxTurns, 8, 2
-	cy.Players, cy.PlayersSeed = bots.Population, botSeed
+	cy.Players, cy.PlayersSeed = players.Population, botSeed
 	cy.Players.Size = botPlayers
 
 	procs, stop := context.WithCancel(ctx)
@@ -199,12 +200,12 @@ func TestClosedLoop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bots.GatewayURL, bots.APIKey = base, key
-	play := func(phase string, n int) simulator.BotsSummary {
+	players.GatewayURL, players.APIKey = base, key
+	play := func(phase string, n int) bots.Summary {
 		t.Helper()
-		b := bots
+		b := players
 		b.Sessions = n
-		sum, err := simulator.RunBots(ctx, b, slog.New(slog.DiscardHandler))
+		sum, err := bots.Run(ctx, b, slog.New(slog.DiscardHandler))
 		if err != nil {
 			t.Fatalf("bots %s: %v", phase, err)
 		}

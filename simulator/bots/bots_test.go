@@ -1,4 +1,4 @@
-package simulator
+package bots
 
 import (
 	"bytes"
@@ -13,10 +13,11 @@ import (
 	"time"
 
 	"github.com/parleyhq/parley/schema"
+	"github.com/parleyhq/parley/simulator"
 )
 
 func TestBotsSummaryMath(t *testing.T) {
-	s := newBotsSummary()
+	s := newSummary()
 	for _, r := range []sessionResult{
 		{arm: "stable", policy: "v1", turns: 4, reason: schema.EndPlayerEnded, retries: 1},
 		{arm: "stable", policy: "v1", turns: 6, reason: schema.EndIdleTimeout},
@@ -26,10 +27,10 @@ func TestBotsSummaryMath(t *testing.T) {
 	} {
 		s.add(r)
 	}
-	want := BotsSummary{
+	want := Summary{
 		Sessions: 5, Completed: 4, Exchanges: 24, AvgL: 6, Errors: 1, Retries: 3,
-		PerArm:     map[string]LengthStats{"stable": {2, 5}, "canary": {1, 11}, "none": {1, 3}},
-		PerPolicy:  map[string]LengthStats{"v1": {3, 13.0 / 3}, "v2": {1, 11}},
+		PerArm:     map[string]simulator.LengthStats{"stable": {Sessions: 2, AvgL: 5}, "canary": {Sessions: 1, AvgL: 11}, "none": {Sessions: 1, AvgL: 3}},
+		PerPolicy:  map[string]simulator.LengthStats{"v1": {Sessions: 3, AvgL: 13.0 / 3}, "v2": {Sessions: 1, AvgL: 11}},
 		EndReasons: map[string]int{"player_ended": 2, "idle_timeout": 1, "max_turns": 1, "error": 1},
 		ErrorCodes: map[string]int{"rate_limited": 1},
 	}
@@ -54,7 +55,7 @@ func TestBotsSummaryMath(t *testing.T) {
 // the first message of every session once, to exercise Retry-After.
 type contractGateway struct {
 	t   *testing.T
-	pop *Population
+	pop *simulator.Population
 	key string
 
 	mu       sync.Mutex
@@ -64,7 +65,7 @@ type contractGateway struct {
 }
 
 type stubSession struct {
-	npc      *ScriptedNPC
+	npc      *simulator.ScriptedNPC
 	turns    int
 	limited  bool
 	ended    bool
@@ -93,7 +94,7 @@ func (g *contractGateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		id := fmt.Sprintf("s%d", g.next)
 		g.next++
-		npc, err := NewScriptedNPC(g.pop, NPCGood, DefaultScriptConfig(), uint64(g.next))
+		npc, err := simulator.NewScriptedNPC(g.pop, simulator.NPCGood, simulator.DefaultScriptConfig(), uint64(g.next))
 		if err != nil {
 			g.t.Error(err)
 		}
@@ -147,13 +148,13 @@ func (g *contractGateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func TestRunBotsAgainstTheContract(t *testing.T) {
-	cfg := DefaultBotsConfig()
+	cfg := DefaultConfig()
 	cfg.Players, cfg.Sessions, cfg.Concurrency, cfg.Seed = 10, 40, 4, 3
 	cfg.MaxTurns, cfg.RetryBase, cfg.MaxRetryWait = 0, time.Millisecond, 10*time.Millisecond
 	cfg.APIKey = "k-test"
 	pcfg := cfg.Population
 	pcfg.Size = cfg.Players
-	pop, err := NewPopulation(pcfg, cfg.Seed)
+	pop, err := simulator.NewPopulation(pcfg, cfg.Seed)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,9 +163,9 @@ func TestRunBotsAgainstTheContract(t *testing.T) {
 	defer srv.Close()
 	cfg.GatewayURL = srv.URL
 
-	sum, err := RunBots(t.Context(), cfg, slog.New(slog.DiscardHandler))
+	sum, err := Run(t.Context(), cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
-		t.Fatalf("RunBots: %v", err)
+		t.Fatalf("Run: %v", err)
 	}
 	if sum.Sessions != 40 || sum.Errors != 0 || sum.Completed != 40 {
 		t.Fatalf("summary %+v; want 40 sessions without errors", sum)
@@ -191,7 +192,7 @@ func TestRunBotsAgainstTheContract(t *testing.T) {
 
 	// A wrong key fails every session with the gateway's error code.
 	cfg.APIKey, cfg.Sessions = "wrong", 3
-	sum, err = RunBots(t.Context(), cfg, slog.New(slog.DiscardHandler))
+	sum, err = Run(t.Context(), cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,19 +204,19 @@ func TestRunBotsAgainstTheContract(t *testing.T) {
 func TestBotsConfigValidate(t *testing.T) {
 	tests := []struct {
 		name   string
-		change func(*BotsConfig)
+		change func(*Config)
 	}{
-		{"no scheme", func(c *BotsConfig) { c.GatewayURL = "localhost:8080" }},
-		{"no sessions", func(c *BotsConfig) { c.Sessions = 0 }},
-		{"no concurrency", func(c *BotsConfig) { c.Concurrency = 0 }},
-		{"negative retries", func(c *BotsConfig) { c.MaxRetries = -1 }},
+		{"no scheme", func(c *Config) { c.GatewayURL = "localhost:8080" }},
+		{"no sessions", func(c *Config) { c.Sessions = 0 }},
+		{"no concurrency", func(c *Config) { c.Concurrency = 0 }},
+		{"negative retries", func(c *Config) { c.MaxRetries = -1 }},
 	}
-	if err := DefaultBotsConfig().Validate(); err != nil {
+	if err := DefaultConfig().Validate(); err != nil {
 		t.Fatalf("default: %v", err)
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg := DefaultBotsConfig()
+			cfg := DefaultConfig()
 			tt.change(&cfg)
 			if err := cfg.Validate(); err == nil {
 				t.Error("Validate() = nil; want an error")

@@ -1,4 +1,9 @@
-package simulator
+// Package bots plays the simulator's personas against a running gateway over
+// its player API (gateway/client): [Run] drives [Config.Sessions] sessions and
+// returns a [Summary] of exchange lengths per arm and policy version, end
+// reasons and errors. It is a package of its own so that the learner, which
+// uses the simulator's players, does not depend on the gateway's client.
+package bots
 
 import (
 	"context"
@@ -17,11 +22,12 @@ import (
 
 	"github.com/parleyhq/parley/gateway/client"
 	"github.com/parleyhq/parley/schema"
+	"github.com/parleyhq/parley/simulator"
 )
 
-// BotsConfig configures RunBots: personas that play against a running
+// Config configures Run: personas that play against a running
 // gateway over its player API.
-type BotsConfig struct {
+type Config struct {
 	GatewayURL  string `json:"gateway_url"`
 	APIKey      string `json:"-"`
 	Players     int    `json:"players"`     // population size; session i plays persona i mod Players
@@ -42,22 +48,22 @@ type BotsConfig struct {
 	MaxRetryWait   time.Duration `json:"max_retry_wait"`
 	RequestTimeout time.Duration `json:"request_timeout"`
 	// Population draws the players; its Size is replaced by Players.
-	Population PopulationConfig `json:"population"`
+	Population simulator.PopulationConfig `json:"population"`
 	// Client, when set, sends the requests (tests, custom transports).
 	Client *http.Client `json:"-"`
 }
 
-// DefaultBotsConfig returns 20 players, 100 sessions, 4 at a time.
-func DefaultBotsConfig() BotsConfig {
-	return BotsConfig{
+// DefaultConfig returns 20 players, 100 sessions, 4 at a time.
+func DefaultConfig() Config {
+	return Config{
 		GatewayURL: "http://localhost:8080", Players: 20, Sessions: 100, Concurrency: 4, Seed: 1,
 		MaxTurns: 30, MaxRetries: 5, RetryBase: 200 * time.Millisecond, MaxRetryWait: 10 * time.Second,
-		RequestTimeout: 60 * time.Second, Population: DefaultPopulationConfig(),
+		RequestTimeout: 60 * time.Second, Population: simulator.DefaultPopulationConfig(),
 	}
 }
 
 // Validate checks the URL and the counts.
-func (c BotsConfig) Validate() error {
+func (c Config) Validate() error {
 	u, err := url.Parse(c.GatewayURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("bots: gateway url %q must be http(s)://host[:port]", c.GatewayURL)
@@ -73,23 +79,23 @@ func (c BotsConfig) Validate() error {
 	return p.Validate()
 }
 
-// BotsSummary is what RunBots measured. Avg.L and the per-arm and
+// Summary is what Run measured. Avg.L and the per-arm and
 // per-policy figures count only sessions that ended without error.
-type BotsSummary struct {
-	Sessions   int                    `json:"sessions"`
-	Completed  int                    `json:"completed"`
-	Exchanges  int                    `json:"exchanges"`
-	AvgL       float64                `json:"avg_l"`
-	PerArm     map[string]LengthStats `json:"per_arm"`
-	PerPolicy  map[string]LengthStats `json:"per_policy"`
-	EndReasons map[string]int         `json:"end_reasons"`
-	Errors     int                    `json:"errors"`
-	ErrorCodes map[string]int         `json:"error_codes"`
-	Retries    int                    `json:"retries"`
-	Seconds    float64                `json:"seconds"`
+type Summary struct {
+	Sessions   int                              `json:"sessions"`
+	Completed  int                              `json:"completed"`
+	Exchanges  int                              `json:"exchanges"`
+	AvgL       float64                          `json:"avg_l"`
+	PerArm     map[string]simulator.LengthStats `json:"per_arm"`
+	PerPolicy  map[string]simulator.LengthStats `json:"per_policy"`
+	EndReasons map[string]int                   `json:"end_reasons"`
+	Errors     int                              `json:"errors"`
+	ErrorCodes map[string]int                   `json:"error_codes"`
+	Retries    int                              `json:"retries"`
+	Seconds    float64                          `json:"seconds"`
 }
 
-// noArm labels sessions outside any experiment in BotsSummary.PerArm.
+// noArm labels sessions outside any experiment in Summary.PerArm.
 const noArm = "none"
 
 // sessionResult is one session as the driver saw it.
@@ -101,15 +107,15 @@ type sessionResult struct {
 	retries     int
 }
 
-func newBotsSummary() BotsSummary {
-	return BotsSummary{
-		PerArm: make(map[string]LengthStats), PerPolicy: make(map[string]LengthStats),
+func newSummary() Summary {
+	return Summary{
+		PerArm: make(map[string]simulator.LengthStats), PerPolicy: make(map[string]simulator.LengthStats),
 		EndReasons: make(map[string]int), ErrorCodes: make(map[string]int),
 	}
 }
 
 // add counts one session in the summary.
-func (s *BotsSummary) add(r sessionResult) {
+func (s *Summary) add(r sessionResult) {
 	s.Sessions++
 	s.Retries += r.retries
 	if r.errCode != "" {
@@ -126,22 +132,16 @@ func (s *BotsSummary) add(r sessionResult) {
 	if arm == "" {
 		arm = noArm
 	}
-	s.PerArm[arm] = s.PerArm[arm].add(r.turns)
-	s.PerPolicy[r.policy] = s.PerPolicy[r.policy].add(r.turns)
-}
-
-func (l LengthStats) add(turns int) LengthStats {
-	l.AvgL = (l.AvgL*float64(l.Sessions) + float64(turns)) / float64(l.Sessions+1)
-	l.Sessions++
-	return l
+	s.PerArm[arm] = s.PerArm[arm].Add(r.turns)
+	s.PerPolicy[r.policy] = s.PerPolicy[r.policy].Add(r.turns)
 }
 
 // WriteTable prints the summary as aligned text tables.
-func (s BotsSummary) WriteTable(w io.Writer) error {
+func (s Summary) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "sessions\tcompleted\terrors\tretries\texchanges\tAvg.L\tseconds\n")
 	fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%.2f\t%.1f\n\n", s.Sessions, s.Completed, s.Errors, s.Retries, s.Exchanges, s.AvgL, s.Seconds)
-	table := func(title string, m map[string]LengthStats) {
+	table := func(title string, m map[string]simulator.LengthStats) {
 		fmt.Fprintf(tw, "%s\tsessions\tAvg.L\n", title)
 		for _, k := range sortedKeys(m) {
 			fmt.Fprintf(tw, "%s\t%d\t%.2f\n", k, m[k].Sessions, m[k].AvgL)
@@ -176,19 +176,19 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-// RunBots plays cfg.Sessions sessions of the population against the gateway
+// Run plays cfg.Sessions sessions of the population against the gateway
 // at cfg.GatewayURL, cfg.Concurrency at a time, and summarises them. A
-// failed session counts as an error and the run goes on; RunBots returns an
+// failed session counts as an error and the run goes on; Run returns an
 // error only for a bad config or a cancelled context (with the summary so far).
-func RunBots(ctx context.Context, cfg BotsConfig, logger *slog.Logger) (BotsSummary, error) {
+func Run(ctx context.Context, cfg Config, logger *slog.Logger) (Summary, error) {
 	if err := cfg.Validate(); err != nil {
-		return BotsSummary{}, err
+		return Summary{}, err
 	}
 	pcfg := cfg.Population
 	pcfg.Size = cfg.Players
-	pop, err := NewPopulation(pcfg, cfg.Seed)
+	pop, err := simulator.NewPopulation(pcfg, cfg.Seed)
 	if err != nil {
-		return BotsSummary{}, err
+		return Summary{}, err
 	}
 	hc := cfg.Client
 	if hc == nil {
@@ -197,7 +197,7 @@ func RunBots(ctx context.Context, cfg BotsConfig, logger *slog.Logger) (BotsSumm
 	b := &bot{cfg: cfg, api: &client.Client{BaseURL: cfg.GatewayURL, APIKey: cfg.APIKey, HTTP: hc}, logger: logger}
 
 	began := time.Now()
-	summary := newBotsSummary()
+	summary := newSummary()
 	var mu sync.Mutex
 	jobs := make(chan int)
 	var wg sync.WaitGroup
@@ -232,13 +232,13 @@ dispatch:
 
 // bot sends one persona's requests.
 type bot struct {
-	cfg    BotsConfig
+	cfg    Config
 	api    *client.Client
 	logger *slog.Logger
 }
 
 // play runs session i of persona p to its end.
-func (b *bot) play(ctx context.Context, p *Persona, i int) sessionResult {
+func (b *bot) play(ctx context.Context, p *simulator.Persona, i int) sessionResult {
 	var r sessionResult
 	fail := func(stage string, err error) sessionResult {
 		r.errCode = errorCode(err)
@@ -328,7 +328,7 @@ func (b *bot) retry(ctx context.Context, call func() error) (int, error) {
 	}
 }
 
-// errorCode names an error for BotsSummary.ErrorCodes: the gateway's code,
+// errorCode names an error for Summary.ErrorCodes: the gateway's code,
 // "cancelled", "timeout", "invalid_response" or "transport".
 func errorCode(err error) string {
 	var apiErr *client.Error
