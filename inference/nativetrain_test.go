@@ -598,18 +598,6 @@ func benchNativeTrainStep(b *testing.B, c ModelConfig) {
 	benchTrainStep(b, c, tr.Step)
 }
 
-func BenchmarkGoMLXTrainStep(b *testing.B) {
-	m, err := NewModel(DefaultModelConfig(), DefaultBackendConfig(), 1)
-	if err != nil {
-		b.Fatal(err)
-	}
-	tr, err := NewTrainer(m, DefaultTrainConfig())
-	if err != nil {
-		b.Fatal(err)
-	}
-	benchTrainStep(b, m.Config(), tr.Step)
-}
-
 // benchTrainStep times step on benchBatch and reports tokens/s and GFLOP/s
 // (6·params per token plus the attention's products, forward and backward).
 func benchTrainStep(b *testing.B, c ModelConfig, step func(Batch) (float32, error)) {
