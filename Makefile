@@ -76,6 +76,7 @@ bench: build
 	mkdir -p $(BENCH_DIR)
 	bin/parley bench inference --out $(BENCH_DIR)/inference.json
 	bin/parley bench train --out $(BENCH_DIR)/train.json
+	bin/parley bench ab --out $(BENCH_DIR)/ab.json
 	scripts/with-redis.sh sh -c 'bin/parley bench gateway --redis-addr $$REDIS_ADDR --out $(BENCH_DIR)/gateway.json && \
 	  bin/parley bench rollout --redis-addr $$REDIS_ADDR --out $(BENCH_DIR)/rollout.json'
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./... | tee $(BENCH_DIR)/go-bench.txt

@@ -30,7 +30,7 @@ type ModelConfig struct {
 	NormEps   float64 `json:"rms_norm_eps"`
 }
 
-// DefaultModelConfig is the ~1.3M-parameter default sized for 2 CPU cores.
+// DefaultModelConfig is the ~1.1M-parameter default sized for 2 CPU cores.
 // VocabSize should be replaced by the tokenizer's.
 func DefaultModelConfig() ModelConfig {
 	return ModelConfig{

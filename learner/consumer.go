@@ -85,7 +85,7 @@ type ConsumerStats struct {
 	Applied   int // new events applied
 	Duplicate int // events seen before (same event_id)
 	Late      int // events of sessions already stored
-	Conflict  int // a turn or end repeated under another event_id (first kept)
+	Conflict  int // a turn or end repeated under another event_id (for a turn the later event wins, for an end the first)
 	Stored    int // dialogues stored
 	Expired   int // sessions closed by the timeout
 	Commits   int // offset commits
