@@ -6,9 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
-
 	"github.com/parleyhq/parley/inference"
 	"github.com/parleyhq/parley/internal/testenv"
 	"github.com/parleyhq/parley/schema"
@@ -18,14 +15,8 @@ import (
 // miniredis, the embedded Redis of `parley dev`: its Lua and commands must
 // be enough for the gateway's scripts.
 func TestOnMiniredis(t *testing.T) {
-	mr := miniredis.NewMiniRedis()
-	if err := mr.StartAddr("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(mr.Close)
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { _ = rdb.Close() })
-	r := &testenv.Redis{Addr: mr.Addr(), Client: rdb, Prefix: "parley:"}
+	rdb := testenv.StartMiniredis(t)
+	r := &testenv.Redis{Addr: rdb.Options().Addr, Client: rdb, Prefix: "parley:"}
 	e := newEnvOn(t, r, &recorder{}, &clock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)},
 		FromEngine(startEngine(t, inference.DefaultEngineConfig())), func(c *Config, _ *Deps) {
 			c.PlayerRate, c.PlayerBurst = 0.01, 3

@@ -6,9 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
-
+	"github.com/parleyhq/parley/internal/testenv"
 	"github.com/parleyhq/parley/schema"
 )
 
@@ -17,13 +15,7 @@ import (
 func TestOnMiniredis(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	mr := miniredis.NewMiniRedis()
-	if err := mr.StartAddr("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(mr.Close)
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { _ = rdb.Close() })
+	rdb := testenv.StartMiniredis(t)
 	cfg := DefaultConfig()
 	cfg.PollInterval = 50 * time.Millisecond
 	c, err := New(rdb, cfg, slog.New(slog.NewTextHandler(t.Output(), nil)))
