@@ -280,6 +280,7 @@ func encodeState(s schema.RolloutState) []any {
 		"split", strconv.Itoa(s.Split),
 		"steps", joinInts(s.Steps),
 		"step", strconv.Itoa(s.Step),
+		"step_generation", strconv.FormatInt(s.StepGeneration, 10),
 		"min_step_players", strconv.Itoa(s.MinStepPlayers),
 		"pause_reason", s.PauseReason,
 		"state", string(s.State),
@@ -318,6 +319,11 @@ func decodeState(deployment string, h map[string]string) (schema.RolloutState, e
 	}
 	if s.Generation, err = strconv.ParseInt(h["generation"], 10, 64); err != nil {
 		return s, fmt.Errorf("generation: %w", err)
+	}
+	if h["step_generation"] != "" {
+		if s.StepGeneration, err = strconv.ParseInt(h["step_generation"], 10, 64); err != nil {
+			return s, fmt.Errorf("step_generation: %w", err)
+		}
 	}
 	if s.UpdatedAt, err = time.Parse(time.RFC3339Nano, h["updated_at"]); err != nil {
 		return s, fmt.Errorf("updated_at: %w", err)

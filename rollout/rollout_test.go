@@ -133,7 +133,15 @@ func TestNext(t *testing.T) {
 			if got.Generation != tt.from.Generation+1 || got.UpdatedBy != "alice" || !got.UpdatedAt.Equal(at) {
 				t.Errorf("Next generation, by, at = %d, %q, %v; want %d, alice, %v", got.Generation, got.UpdatedBy, got.UpdatedAt, tt.from.Generation+1, at)
 			}
-			got.Generation, got.UpdatedBy, got.UpdatedAt = 0, "", time.Time{}
+			// A new experiment or a later step begins at the new generation.
+			wantStepGen := tt.from.StepGeneration
+			if tt.want.ExperimentID != "" && tt.want.ExperimentID != tt.from.ExperimentID || tt.want.Step > tt.from.Step {
+				wantStepGen = got.Generation
+			}
+			if got.StepGeneration != wantStepGen {
+				t.Errorf("Next step_generation = %d; want %d", got.StepGeneration, wantStepGen)
+			}
+			got.Generation, got.StepGeneration, got.UpdatedBy, got.UpdatedAt = 0, 0, "", time.Time{}
 			want := tt.want
 			want.Generation, want.UpdatedBy, want.UpdatedAt = 0, "", time.Time{}
 			if !reflect.DeepEqual(got, want) {

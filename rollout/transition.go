@@ -129,10 +129,10 @@ func Next(from schema.RolloutState, req Request, at time.Time) (schema.RolloutSt
 		ramp := live && from.Canary == req.Version && len(req.Steps) == 0 &&
 			from.Split > 0 && weight >= from.CanaryWeight && weight <= from.Split
 		if ramp {
-			if i := slices.Index(from.Steps, weight); i >= from.Step {
-				to.Step = i
-			} else {
-				to.Steps, to.Step, to.MinStepPlayers = nil, 0, 0 // a ramp by hand off the plan ends it
+			if i := slices.Index(from.Steps, weight); i > from.Step {
+				to.Step, to.StepGeneration = i, to.Generation
+			} else if i < from.Step {
+				to.Steps, to.Step, to.StepGeneration, to.MinStepPlayers = nil, 0, 0, 0 // a ramp by hand off the plan ends it
 			}
 			break
 		}
@@ -144,7 +144,7 @@ func Next(from schema.RolloutState, req Request, at time.Time) (schema.RolloutSt
 		if len(req.Steps) > 0 {
 			to.Split = max(50, req.Steps[len(req.Steps)-1])
 		}
-		to.Steps, to.Step, to.MinStepPlayers = slices.Clone(req.Steps), 0, req.MinStepPlayers
+		to.Steps, to.Step, to.StepGeneration, to.MinStepPlayers = slices.Clone(req.Steps), 0, to.Generation, req.MinStepPlayers
 		to.ExperimentID = req.ExperimentID
 		if to.ExperimentID == "" {
 			to.ExperimentID = fmt.Sprintf("%s-%s-g%d-%.8s", from.Deployment, req.Version, to.Generation, salt)
@@ -154,7 +154,7 @@ func Next(from schema.RolloutState, req Request, at time.Time) (schema.RolloutSt
 			return from, fmt.Errorf("advance in state %s at step %d of %v (promote after the last step): %w",
 				from.State, from.Step+1, from.Steps, ErrTransition)
 		}
-		to.Step = from.Step + 1
+		to.Step, to.StepGeneration = from.Step+1, to.Generation
 		to.CanaryWeight = from.Steps[to.Step]
 	case ActionPromote:
 		if !live {

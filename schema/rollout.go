@@ -37,8 +37,10 @@ const (
 // CanaryWeight/Split of them, so a ramp only widens the coverage (see
 // rollout.Route). Steps, when set, are the weights the canary advances
 // through (Argo Rollouts' setWeight steps), Step the index of the current
-// one, and MinStepPlayers the players each arm needs in a step before it
-// may advance. PauseReason says why the canary is paused.
+// one, StepGeneration the generation it began at, and MinStepPlayers the
+// players each arm needs in a step before it may advance (counted from
+// StepGeneration, so a pause and resume keep them). PauseReason says why
+// the canary is paused.
 type RolloutState struct {
 	Deployment     string       `json:"deployment"`
 	Stable         string       `json:"stable"`
@@ -49,6 +51,7 @@ type RolloutState struct {
 	Split          int          `json:"split,omitempty"`
 	Steps          []int        `json:"steps,omitempty"`
 	Step           int          `json:"step,omitempty"`
+	StepGeneration int64        `json:"step_generation,omitempty"`
 	MinStepPlayers int          `json:"min_step_players,omitempty"`
 	PauseReason    string       `json:"pause_reason,omitempty"`
 	State          RolloutPhase `json:"state"`
