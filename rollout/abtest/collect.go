@@ -12,6 +12,7 @@ package abtest
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -58,26 +59,78 @@ func (s Session) Done() bool { return !s.Ended.IsZero() }
 // more than once and out of order (Kafka is at-least-once and keyed by
 // session); duplicates are recognised by event_id. It is safe for
 // concurrent use: a consumer adds while a Watchdog reads.
+//
+// The event ids of a session are kept until ForgetAfter (of event time)
+// after it ended, then dropped, so the ids kept are bounded by the sessions
+// open or recently ended rather than growing with the topic; an event of a
+// session ended and forgotten is a redelivery (a session's events share a
+// key, hence a partition, so they come in order and a restart replays only
+// the last seconds), and is dropped too.
+//
+// For CUPED it also keeps each player's pre-exposure exchange length
+// (Pre): the running mean of the turns of their sessions that ended
+// before their first session in the experiment they were last exposed to.
 type Collector struct {
 	mu       sync.Mutex
-	seen     map[string]struct{}
+	seen     map[string]map[string]struct{} // session id → event ids
+	ended    []string                       // sessions with ids kept, by arrival of their end
+	latest   time.Time                      // the newest event time folded in
 	sessions map[string]*Session
+	players  map[string]*History
+}
+
+// ForgetAfter is how long, in event time, a Collector keeps the event ids
+// of an ended session: redeliveries come within seconds of the original,
+// and a consumer restart replays only what followed its last commit.
+const ForgetAfter = time.Hour
+
+// History is a player's exchange lengths as the Collector has seen them,
+// for the CUPED covariate.
+type History struct {
+	// Experiment is the experiment the player was last exposed to, and
+	// Since the start of their first session in it.
+	Experiment string    `json:"experiment,omitempty"`
+	Since      time.Time `json:"since"`
+	// Pre is the player's sessions that ended before Since (of any other
+	// experiment or none): the covariate of Experiment.
+	Pre Length `json:"pre"`
+	// All is every ended session of the player's, which becomes Pre when
+	// they are exposed to a new experiment.
+	All Length `json:"all"`
+}
+
+// Length is a running mean of sessions' exchange lengths.
+type Length struct {
+	Sessions int     `json:"sessions"`
+	AvgL     float64 `json:"avg_l"`
+}
+
+// Add counts one more session of turns exchanges.
+func (l Length) Add(turns int) Length {
+	l.Sessions++
+	l.AvgL += (float64(turns) - l.AvgL) / float64(l.Sessions)
+	return l
 }
 
 // NewCollector returns an empty Collector.
 func NewCollector() *Collector {
-	return &Collector{seen: map[string]struct{}{}, sessions: map[string]*Session{}}
+	return &Collector{seen: map[string]map[string]struct{}{}, sessions: map[string]*Session{}, players: map[string]*History{}}
 }
 
 // Add folds one event in. It reports false for a duplicate.
 func (c *Collector) Add(e schema.SessionEvent) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, dup := c.seen[e.EventID]; dup {
+	s := c.sessions[e.SessionID]
+	ids := c.seen[e.SessionID]
+	if _, dup := ids[e.EventID]; dup || s != nil && s.Done() && ids == nil {
 		return false
 	}
-	c.seen[e.EventID] = struct{}{}
-	s := c.sessions[e.SessionID]
+	if ids == nil {
+		ids = map[string]struct{}{}
+		c.seen[e.SessionID] = ids
+	}
+	ids[e.EventID] = struct{}{}
 	if s == nil {
 		s = &Session{SessionID: e.SessionID}
 		c.sessions[e.SessionID] = s
@@ -89,6 +142,7 @@ func (c *Collector) Add(e schema.SessionEvent) bool {
 	if s.Started.IsZero() || e.TS.Before(s.Started) {
 		s.Started = e.TS
 	}
+	c.expose(s)
 	switch e.Type {
 	case schema.TurnEvent:
 		s.Exchanges = append(s.Exchanges, Exchange{At: e.TS, LatencyMS: e.LatencyMS, Safety: e.Safety})
@@ -96,9 +150,83 @@ func (c *Collector) Add(e schema.SessionEvent) bool {
 			s.Turns = e.Turn
 		}
 	case schema.SessionEnded:
+		if !s.Done() {
+			c.ended = append(c.ended, s.SessionID)
+			c.endHistory(s.PlayerID, s.ExperimentID, e.TS, e.Turns)
+		}
 		s.Ended, s.Turns, s.Reason = e.TS, e.Turns, e.Reason
 	}
+	if e.TS.After(c.latest) {
+		c.latest = e.TS
+	}
+	c.forget()
 	return true
+}
+
+// expose records that s's player is in s's experiment from s's start.
+func (c *Collector) expose(s *Session) {
+	if s.PlayerID == "" || s.ExperimentID == "" {
+		return
+	}
+	h := c.history(s.PlayerID)
+	switch {
+	case h.Experiment == s.ExperimentID:
+		if s.Started.Before(h.Since) {
+			h.Since = s.Started
+		}
+	case !s.Started.Before(h.Since): // not a late session of an earlier experiment
+		h.Experiment, h.Since, h.Pre = s.ExperimentID, s.Started, h.All
+	}
+}
+
+// endHistory counts a session of the player's, of experiment, that ended
+// at ended after turns exchanges.
+func (c *Collector) endHistory(player, experiment string, ended time.Time, turns int) {
+	if player == "" {
+		return
+	}
+	h := c.history(player)
+	h.All = h.All.Add(turns)
+	if h.Experiment != "" && experiment != h.Experiment && ended.Before(h.Since) {
+		h.Pre = h.Pre.Add(turns) // came after the exposure, ended before it
+	}
+}
+
+func (c *Collector) history(player string) *History {
+	h := c.players[player]
+	if h == nil {
+		h = &History{}
+		c.players[player] = h
+	}
+	return h
+}
+
+// forget drops the event ids of the sessions that ended ForgetAfter before
+// the newest event.
+func (c *Collector) forget() {
+	for len(c.ended) > 0 {
+		s := c.sessions[c.ended[0]]
+		if s != nil && !s.Ended.Before(c.latest.Add(-ForgetAfter)) {
+			return
+		}
+		delete(c.seen, c.ended[0])
+		c.ended = c.ended[1:]
+	}
+}
+
+// Pre returns the pre-exposure exchange length of every player exposed to
+// experimentID who ended a session before their first one in it, the
+// covariate Update takes; players without one are absent.
+func (c *Collector) Pre(experimentID string) map[string]float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]float64{}
+	for id, h := range c.players {
+		if h.Experiment == experimentID && h.Pre.Sessions > 0 {
+			out[id] = h.Pre.AvgL
+		}
+	}
+	return out
 }
 
 // SetReward records a session's total reward (Σ r_k), as scored by the
@@ -137,25 +265,31 @@ func (c *Collector) Sessions(experimentID string) []Session {
 	return out
 }
 
-// Snapshot is a Collector's whole state, for a checkpoint: the sessions
-// and the ids of the events already folded in.
+// Snapshot is a Collector's whole state, for a checkpoint: the sessions,
+// the ids of the events already folded in of each session open or ended
+// within ForgetAfter, and the players' histories.
 type Snapshot struct {
-	Seen     []string  `json:"seen"`
-	Sessions []Session `json:"sessions"`
+	Events   map[string][]string `json:"events"`
+	Sessions []Session           `json:"sessions"`
+	Players  map[string]History  `json:"players"`
 }
 
 // Snapshot copies the collector's state.
 func (c *Collector) Snapshot() Snapshot {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := Snapshot{Seen: make([]string, 0, len(c.seen)), Sessions: make([]Session, 0, len(c.sessions))}
-	for id := range c.seen {
-		out.Seen = append(out.Seen, id)
+	out := Snapshot{Events: make(map[string][]string, len(c.seen)), Sessions: make([]Session, 0, len(c.sessions)),
+		Players: make(map[string]History, len(c.players))}
+	for sid, ids := range c.seen {
+		out.Events[sid] = slices.Collect(maps.Keys(ids))
 	}
 	for _, s := range c.sessions {
 		cp := *s
 		cp.Exchanges = slices.Clone(s.Exchanges)
 		out.Sessions = append(out.Sessions, cp)
+	}
+	for id, h := range c.players {
+		out.Players[id] = *h
 	}
 	return out
 }
@@ -164,14 +298,32 @@ func (c *Collector) Snapshot() Snapshot {
 func (c *Collector) Restore(snap Snapshot) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.seen = make(map[string]struct{}, len(snap.Seen))
-	for _, id := range snap.Seen {
-		c.seen[id] = struct{}{}
+	c.seen = make(map[string]map[string]struct{}, len(snap.Events))
+	for sid, ids := range snap.Events {
+		c.seen[sid] = make(map[string]struct{}, len(ids))
+		for _, id := range ids {
+			c.seen[sid][id] = struct{}{}
+		}
 	}
 	c.sessions = make(map[string]*Session, len(snap.Sessions))
+	c.ended, c.latest = nil, time.Time{}
 	for _, s := range snap.Sessions {
 		cp := s
 		c.sessions[s.SessionID] = &cp
+		for _, at := range []time.Time{s.Started, s.Ended} {
+			if at.After(c.latest) {
+				c.latest = at
+			}
+		}
+		if _, kept := c.seen[s.SessionID]; kept && s.Done() {
+			c.ended = append(c.ended, s.SessionID)
+		}
+	}
+	slices.SortFunc(c.ended, func(a, b string) int { return c.sessions[a].Ended.Compare(c.sessions[b].Ended) })
+	c.players = make(map[string]*History, len(snap.Players))
+	for id, h := range snap.Players {
+		cp := h
+		c.players[id] = &cp
 	}
 }
 

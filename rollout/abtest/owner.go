@@ -69,8 +69,8 @@ type Published struct {
 	Report     Report          `json:"report"`
 	Decision   Decision        `json:"decision"`
 	Audit      Audit           `json:"audit"`
-	// StepPlayers counts each arm's players assigned at the current
-	// rollout generation (the step's progress toward MinStepPlayers).
+	// StepPlayers counts each arm's players assigned since the current
+	// step began (its progress toward MinStepPlayers).
 	StepPlayers map[string]int `json:"step_players,omitempty"`
 	// Action is what this round did: the decision's rollback or promote,
 	// ActionAdvance, ActionHold, or "" (nothing).
@@ -105,6 +105,7 @@ func NewOwner(cfg OwnerConfig, ctl OwnerController, col *Collector, log *slog.Lo
 	if err != nil {
 		return nil, err
 	}
+	wd.pre = col.Pre // CUPED's covariate
 	o.wd = wd
 	return o, nil
 }
@@ -179,7 +180,7 @@ func (o *Owner) Analyze(ctx context.Context, now time.Time) (Published, error) {
 	}
 	sessions := o.col.Sessions(st.ExperimentID)
 	pub := Published{Deployment: dep, ExperimentID: st.ExperimentID, Generation: st.Generation, At: now, By: by,
-		Guardrails: o.cfg.Watchdog.Guardrails, StepPlayers: stepPlayers(sessions, st.Generation),
+		Guardrails: o.cfg.Watchdog.Guardrails, StepPlayers: stepPlayers(sessions, st),
 		Audit:    AuditAssignment(sessions, st.Salt, func(player, salt string) string { return rollout.Assign(player, salt, st.Split) }),
 		Timeline: Timeline(sessions, o.cfg.TimelineStep, now, o.cfg.TimelinePoints)}
 	var act error
@@ -248,8 +249,14 @@ func (o *Owner) stepHolds(st schema.RolloutState, pub Published) bool {
 }
 
 // stepPlayers counts each arm's distinct players among the sessions
-// assigned at generation or later.
-func stepPlayers(sessions []Session, generation int64) map[string]int {
+// assigned since st's step began (its StepGeneration; the current
+// generation for a state written without one), so a pause and resume,
+// which change the generation, keep the count.
+func stepPlayers(sessions []Session, st schema.RolloutState) map[string]int {
+	generation := st.StepGeneration
+	if generation == 0 {
+		generation = st.Generation
+	}
 	seen := map[[2]string]bool{}
 	out := map[string]int{}
 	for _, s := range sessions {
@@ -283,7 +290,7 @@ func (s stepper) PromoteAt(ctx context.Context, deployment string, generation in
 	if st.Step+1 >= len(st.Steps) {
 		return s.o.ctl.PromoteAt(ctx, deployment, generation, by, reason)
 	}
-	players := stepPlayers(s.o.col.Sessions(st.ExperimentID), st.Generation)
+	players := stepPlayers(s.o.col.Sessions(st.ExperimentID), st)
 	if need := max(1, st.MinStepPlayers); players[schema.ArmStable] < need || players[schema.ArmCanary] < need {
 		return schema.RolloutChange{}, fmt.Errorf("step %d of %v has %d stable and %d canary players, %d each needed to advance: %w",
 			st.Step+1, st.Steps, players[schema.ArmStable], players[schema.ArmCanary], need, rollout.ErrTransition)

@@ -204,8 +204,8 @@ type Player struct {
 	// Exchanges counts every exchange (open sessions too), Refused those
 	// the safety guard refused and Slow those slower than the threshold.
 	Exchanges, Refused, Slow int
-	// Pre is the player's exchange length before first exposure (0 when
-	// unknown), CUPED's covariate.
+	// Pre is the player's exchange length before first exposure, CUPED's
+	// covariate (Fold gives a player without one the mean of the others').
 	Pre float64
 }
 
@@ -268,10 +268,16 @@ func (t *Tally) Arm(arm string) *ArmTally {
 
 // Fold folds sessions into per-player totals and tallies them by arm.
 // pre maps a player to their exchange length before first exposure (nil:
-// none); exchanges slower than slowMS count as slow (slowMS 0: none).
-// Sessions of arms other than stable and canary (held) are left out.
+// none); a player without one is given the mean of pre, so CUPED leaves
+// their contribution as it is. Exchanges slower than slowMS count as slow
+// (slowMS 0: none). Sessions of arms other than stable and canary (held)
+// are left out.
 func Fold(sessions []Session, pre map[string]float64, slowMS float64) Tally {
 	t := Tally{SlowThresholdMS: slowMS}
+	var unknown float64
+	for _, c := range pre {
+		unknown += c / float64(len(pre))
+	}
 	type key struct{ player, arm string }
 	players := map[key]*Player{}
 	var order []key
@@ -283,7 +289,11 @@ func Fold(sessions []Session, pre map[string]float64, slowMS float64) Tally {
 		k := key{s.PlayerID, s.Arm}
 		p := players[k]
 		if p == nil {
-			p = &Player{Arm: s.Arm, Pre: pre[s.PlayerID]}
+			c, ok := pre[s.PlayerID]
+			if !ok {
+				c = unknown
+			}
+			p = &Player{Arm: s.Arm, Pre: c}
 			players[k] = p
 			order = append(order, k)
 		}

@@ -60,7 +60,9 @@ type Watchdog struct {
 	cfg      WatchdogConfig
 	ctl      Controller
 	sessions func(experimentID string) []Session
-	log      *slog.Logger
+	// pre gives the players' pre-exposure exchange lengths (nil: none).
+	pre func(experimentID string) map[string]float64
+	log *slog.Logger
 
 	mu    sync.Mutex
 	state State
@@ -110,7 +112,11 @@ func (w *Watchdog) Check(ctx context.Context, now time.Time) (Report, Decision, 
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	rep, err := Update(w.state, st.ExperimentID, w.sessions(st.ExperimentID), nil, acfg, now)
+	var pre map[string]float64
+	if w.pre != nil {
+		pre = w.pre(st.ExperimentID)
+	}
+	rep, err := Update(w.state, st.ExperimentID, w.sessions(st.ExperimentID), pre, acfg, now)
 	if err != nil {
 		return Report{}, Decision{}, err
 	}
