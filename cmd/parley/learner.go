@@ -47,6 +47,7 @@ also follows the running canary experiment and rolls it back on a guardrail brea
 	lc := &cfg.Learner
 	f.StringSliceVar(&lc.Consumer.Brokers, "kafka-brokers", lc.Consumer.Brokers, "Kafka bootstrap brokers, host:port,...")
 	f.StringVar(&lc.Consumer.GroupID, "group", lc.Consumer.GroupID, "consumer group of the learner")
+	f.StringVar(&cfg.AnalysisGroup, "analysis-group", cfg.AnalysisGroup, "consumer group of the A/B analysis (checkpoint: DATA_DIR/abtest.json)")
 	f.StringVar(&lc.DataDir, "data-dir", lc.DataDir, "session store, training runs and refresh state")
 	f.StringVar(&lc.Registry, "registry", lc.Registry, "root of the model registry")
 	f.BoolVar(&lc.RefreshEnabled, "refresh", lc.RefreshEnabled, "refresh the user agent from new sessions")
