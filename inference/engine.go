@@ -600,10 +600,12 @@ func (e *Engine) finish(s *slot, reason string, err error) {
 }
 
 func (e *Engine) endJob(j *job, res Result, err error) {
+	// Counted before the stream is closed, so a caller that has its result
+	// also sees it counted.
+	e.met.finished(res.FinishReason)
 	j.stream.res, j.stream.err = res, err
 	close(j.stream.tokens)
 	close(j.stream.done)
-	e.met.finished(res.FinishReason)
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		e.log.Info("generation cancelled", "tokens", len(res.Tokens))
 	}
