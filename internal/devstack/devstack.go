@@ -13,7 +13,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -22,6 +21,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 
 	"github.com/parleyhq/parley/gateway"
+	"github.com/parleyhq/parley/gateway/client"
 	"github.com/parleyhq/parley/internal/broker"
 	"github.com/parleyhq/parley/internal/gatewayd"
 	"github.com/parleyhq/parley/internal/learnerd"
@@ -190,7 +190,7 @@ func (s *Stack) Run(ctx context.Context) error {
 	}
 
 	base := "http://" + s.cfg.Addr
-	if err := waitReady(ctx, base+"/readyz"); err != nil {
+	if err := (&client.Client{BaseURL: base}).WaitReady(ctx); err != nil {
 		cancel()
 		wg.Wait()
 		if err := drain(errs); err != nil {
@@ -235,19 +235,6 @@ func (s *Stack) runBots(ctx context.Context, base, key string) error {
 	return nil
 }
 
-func waitReady(ctx context.Context, url string) error {
-	for {
-		if ok, _ := ready(ctx, url); ok {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
 // drain collects the errors already sent, ignoring nils.
 func drain(errs chan error) error {
 	var all []error
@@ -259,17 +246,4 @@ func drain(errs chan error) error {
 			return errors.Join(all...)
 		}
 	}
-}
-
-func ready(ctx context.Context, url string) (bool, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return false, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return false, err
-	}
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK, nil
 }
