@@ -21,6 +21,10 @@ import (
 // was logged in.
 const SessionHeader = "X-Parley-Session"
 
+// openAISeedSalt maps a request's seed to the engine's sampling seed, in
+// which 0 means nondeterministic: only the seed equal to the salt maps to 0.
+const openAISeedSalt = 0x9e3779b97f4a7c15
+
 // POST /v1/chat/completions: OpenAI's chat API, stream and non-stream, so
 // that OpenAI's client libraries work. The prompt is the request's messages:
 // a client's system messages replace the default NPC's persona card, and
@@ -99,6 +103,9 @@ func (s *Server) chatCompletionsHandler(c echo.Context) error {
 		}
 		if tp := req.TopP; tp != nil {
 			gr.TopP = float32(*tp)
+		}
+		if sd := req.Seed; sd != nil {
+			gr.Seed = uint64(*sd) ^ openAISeedSalt
 		}
 		if n := req.MaxTokens; n != nil {
 			gr.MaxTokens = min(*n, gen.MaxSeq()/2)

@@ -198,6 +198,9 @@ type ChatCompletionRequest struct {
 	StreamOptions       *StreamOptions `json:"stream_options,omitempty"`
 	// User is the player: their rate limit, A/B arm and logged session.
 	User string `json:"user,omitempty"`
+	// Seed makes sampling repeatable: the same seed, messages, parameters
+	// and model version give the same reply.
+	Seed *int64 `json:"seed,omitempty"`
 	Unsupported
 }
 

@@ -28,7 +28,6 @@ type Unsupported struct {
 	PresencePenalty  *float64        `json:"presence_penalty,omitempty" jsonschema:"description=Only 0 is supported"`
 	FrequencyPenalty *float64        `json:"frequency_penalty,omitempty" jsonschema:"description=Only 0 is supported"`
 	Stop             json.RawMessage `json:"stop,omitempty" jsonschema:"description=Not supported; null or an empty list is accepted"`
-	Seed             *int64          `json:"seed,omitempty" jsonschema:"description=Not supported; the deployment's sampling seed applies"`
 	Modalities       []string        `json:"modalities,omitempty" jsonschema:"description=Only [\"text\"] is supported"`
 	Audio            json.RawMessage `json:"audio,omitempty" jsonschema:"description=Not supported"`
 	Prediction       json.RawMessage `json:"prediction,omitempty" jsonschema:"description=Not supported"`
@@ -73,8 +72,6 @@ func (u Unsupported) Validate() error {
 		bad = "frequency_penalty (0 only)"
 	case !empty(u.Stop):
 		bad = "stop"
-	case u.Seed != nil:
-		bad = "seed"
 	case len(u.Modalities) > 0 && (len(u.Modalities) != 1 || u.Modalities[0] != "text"):
 		bad = "modalities (text only)"
 	case !empty(u.Audio):

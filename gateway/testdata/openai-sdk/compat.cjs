@@ -31,7 +31,7 @@ async function main() {
   out.models = models;
 
   const { data: completion, response } = await client.chat.completions
-    .create({ model: "parley", messages, user: "player-1", max_tokens: 8 }, session)
+    .create({ model: "parley", messages, user: "player-1", max_tokens: 8, seed: 1 }, session)
     .withResponse();
   out.completion = {
     object: completion.object, content: completion.choices[0].message.content,
@@ -41,7 +41,7 @@ async function main() {
 
   const stream = await client.chat.completions.create(
     { model: "parley", messages: [...messages, { role: "assistant", content: completion.choices[0].message.content },
-      { role: "user", content: "I'll take it." }], user: "player-1", max_tokens: 8, stream: true,
+      { role: "user", content: "I'll take it." }], user: "player-1", max_tokens: 8, seed: 1, stream: true,
       stream_options: { include_usage: true } }, session);
   let content = "", finish = null, usage = null, chunks = 0;
   for await (const chunk of stream) {
@@ -55,7 +55,7 @@ async function main() {
   out.stream = { chunks, content, finish, usage };
 
   // A completion without the session header but with user: a session of one exchange.
-  const single = await client.chat.completions.create({ model: "parley", messages, user: "player-2", max_tokens: 4 });
+  const single = await client.chat.completions.create({ model: "parley", messages, user: "player-2", max_tokens: 4, seed: 1 });
   out.single = { content: single.choices[0].message.content };
 
   out.errors = {
