@@ -47,7 +47,9 @@ func learnerConfig(spec learnerSpec) learner.Config {
 	sft.Steps, sft.BatchSize, sft.CheckpointEvery = spec.Steps, 4, spec.CheckpointEvery
 	sft.Train.LearningRate = 3e-3
 	sft.HeldOutShare, sft.MaxTurns = 0.25, 4
-	sft.Eval = learner.EvalConfig{MaxDialogues: 2, MaxReplies: 2, ReplyTokens: 4, MaxTurns: 4, ScoreBatch: 4, Seed: 1}
+	// An evaluation long enough (about a second) that kill 3, polling every
+	// 100 ms for the last checkpoint, lands before the publish.
+	sft.Eval = learner.EvalConfig{MaxDialogues: 16, MaxReplies: 16, ReplyTokens: 24, MaxTurns: 4, ScoreBatch: 4, Seed: 1}
 	cfg := learner.DefaultConfig()
 	cfg.DataDir, cfg.Registry = spec.DataDir, spec.Registry
 	// RefreshNow does not consume: the broker address is never dialled.
