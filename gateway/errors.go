@@ -3,12 +3,14 @@ package gateway
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/parleyhq/parley/schema"
 )
@@ -44,7 +46,6 @@ func (e *retryError) Unwrap() error { return e.err }
 func errorStatus(err error) (int, string) {
 	var he *echo.HTTPError
 	var mbe *http.MaxBytesError
-	var ne net.Error
 	switch {
 	case errors.Is(err, ErrBadRequest):
 		return http.StatusBadRequest, "bad_request"
@@ -64,8 +65,7 @@ func errorStatus(err error) (int, string) {
 		return http.StatusTooManyRequests, "rate_limited"
 	case errors.Is(err, ErrOverloaded):
 		return http.StatusTooManyRequests, "overloaded"
-	case errors.Is(err, ErrUnavailable), errors.Is(err, ErrEventsUnlogged), errors.As(err, &ne):
-		// A net.Error is Redis out of reach.
+	case errors.Is(err, ErrUnavailable), errors.Is(err, ErrEventsUnlogged), storeUnreachable(err):
 		return http.StatusServiceUnavailable, "unavailable"
 	case errors.Is(err, ErrRequestTimeout), errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout, "timeout"
@@ -73,6 +73,27 @@ func errorStatus(err error) (int, string) {
 		return he.Code, schema.ErrorCode(he.Code)
 	}
 	return http.StatusInternalServerError, "internal"
+}
+
+// storeUnreachable reports whether err says Redis is out of reach for now
+// rather than that the request is wrong: a network error, a connection
+// closed mid-reply, or a server that is failing over (a primary that is now
+// a replica, one loading its data, a cluster slot moving).
+func storeUnreachable(err error) bool {
+	var he *echo.HTTPError
+	if errors.As(err, &he) {
+		return false // echo's answer to the request, e.g. a body cut short (io.ErrUnexpectedEOF)
+	}
+	var ne net.Error
+	if errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return true
+	}
+	for _, prefix := range []string{"READONLY", "LOADING", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN"} {
+		if redis.HasErrorPrefix(err, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // errorHandler is the one place errors become responses:
@@ -97,7 +118,6 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 			msg = http.StatusText(status)
 		}
 	}
-	var ne net.Error
 	switch {
 	case status >= 500 && status != http.StatusServiceUnavailable && status != http.StatusGatewayTimeout:
 		s.log.Error("request failed", "route", c.Path(), "err", err)
@@ -106,7 +126,7 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 		// Before the net.Error case: a spool write that failed with a
 		// syscall.Errno (ENOSPC) satisfies net.Error too.
 		s.log.Warn("session events could not be logged", "route", c.Path(), "err", err)
-	case errors.As(err, &ne):
+	case storeUnreachable(err):
 		s.log.Warn("session store unreachable", "route", c.Path(), "err", err)
 		msg = "session store unavailable"
 	}

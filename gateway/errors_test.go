@@ -3,12 +3,16 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/labstack/echo/v4"
 	"github.com/parleyhq/parley/inference"
 	"github.com/parleyhq/parley/schema"
 )
@@ -159,5 +163,33 @@ func TestUnloggedEventsAreAnError(t *testing.T) {
 	n, err := e.redis.Client.ZCard(context.Background(), e.srv.activeKey()).Result()
 	if err != nil || n != 0 {
 		t.Errorf("active sessions after a failed start = %d, %v; want 0", n, err)
+	}
+}
+
+// redisError is a reply error as go-redis returns it (redis.Error).
+type redisError string
+
+func (e redisError) Error() string { return string(e) }
+func (redisError) RedisError()     {}
+
+// TestStoreUnreachable: the errors of a Redis that is failing over answer
+// 503, and a body the client cut short does not.
+func TestStoreUnreachable(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"refused", fmt.Errorf("create session: %w", &net.OpError{Op: "dial", Err: errors.New("connection refused")}), true},
+		{"closed mid-reply", fmt.Errorf("append turn: %w", io.EOF), true},
+		{"replica", fmt.Errorf("lock session: %w", redisError("READONLY You can't write against a read only replica.")), true},
+		{"loading", redisError("LOADING Redis is loading the dataset in memory"), true},
+		{"script error", redisError("ERR user_script:1: bad argument"), false},
+		{"body cut short", echo.NewHTTPError(http.StatusBadRequest, "bad body").SetInternal(io.ErrUnexpectedEOF), false},
+		{"other", errors.New("boom"), false},
+	} {
+		if got := storeUnreachable(tc.err); got != tc.want {
+			t.Errorf("%s: storeUnreachable(%v) = %v; want %v", tc.name, tc.err, got, tc.want)
+		}
 	}
 }
