@@ -231,3 +231,17 @@ func DialoguesFromEvents(events []SessionEvent) ([]Dialogue, error) {
 	}
 	return out, nil
 }
+
+// LengthStats is a number of sessions and their mean exchange length
+// (Avg.L), kept as a running mean.
+type LengthStats struct {
+	Sessions int     `json:"sessions"`
+	AvgL     float64 `json:"avg_l"`
+}
+
+// Add counts one more session of the given exchange length.
+func (l LengthStats) Add(exchanges int) LengthStats {
+	l.AvgL = (l.AvgL*float64(l.Sessions) + float64(exchanges)) / float64(l.Sessions+1)
+	l.Sessions++
+	return l
+}

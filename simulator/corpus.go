@@ -97,30 +97,17 @@ func (c CorpusConfig) Validate() error {
 
 // CorpusStats counts what GenerateCorpus wrote.
 type CorpusStats struct {
-	Players       int                        `json:"players"`
-	HeldOut       int                        `json:"held_out"` // personas skipped as held out
-	Dialogues     int                        `json:"dialogues"`
-	Exchanges     int                        `json:"exchanges"`
-	Events        int                        `json:"events"`
-	AvgL          float64                    `json:"avg_l"`
-	Reasons       map[schema.EndReason]int   `json:"reasons"`
-	ByQuality     map[NPCQuality]LengthStats `json:"by_quality"`
-	Kinds         map[Kind]int               `json:"kinds"`
-	SafetyCrisis  int                        `json:"safety_crisis"`
-	SafetyRefused int                        `json:"safety_refused"`
-}
-
-// LengthStats is the number of sessions and their mean exchange length.
-type LengthStats struct {
-	Sessions int     `json:"sessions"`
-	AvgL     float64 `json:"avg_l"`
-}
-
-// Add counts one more session of the given exchange length.
-func (l LengthStats) Add(exchanges int) LengthStats {
-	l.AvgL = (l.AvgL*float64(l.Sessions) + float64(exchanges)) / float64(l.Sessions+1)
-	l.Sessions++
-	return l
+	Players       int                               `json:"players"`
+	HeldOut       int                               `json:"held_out"` // personas skipped as held out
+	Dialogues     int                               `json:"dialogues"`
+	Exchanges     int                               `json:"exchanges"`
+	Events        int                               `json:"events"`
+	AvgL          float64                           `json:"avg_l"`
+	Reasons       map[schema.EndReason]int          `json:"reasons"`
+	ByQuality     map[NPCQuality]schema.LengthStats `json:"by_quality"`
+	Kinds         map[Kind]int                      `json:"kinds"`
+	SafetyCrisis  int                               `json:"safety_crisis"`
+	SafetyRefused int                               `json:"safety_refused"`
 }
 
 // NPC is anything that answers a player: a ScriptedNPC, or a policy.
@@ -174,7 +161,7 @@ func GenerateCorpus(ctx context.Context, cfg CorpusConfig, w io.Writer) (CorpusS
 		return CorpusStats{}, err
 	}
 	stats := CorpusStats{
-		Reasons: make(map[schema.EndReason]int), ByQuality: make(map[NPCQuality]LengthStats), Kinds: make(map[Kind]int),
+		Reasons: make(map[schema.EndReason]int), ByQuality: make(map[NPCQuality]schema.LengthStats), Kinds: make(map[Kind]int),
 	}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0xc0a1e5ce))
 	bw := bufio.NewWriter(w)

@@ -93,23 +93,10 @@ type History struct {
 	Since      time.Time `json:"since"`
 	// Pre is the player's sessions that ended before Since (of any other
 	// experiment or none): the covariate of Experiment.
-	Pre Length `json:"pre"`
+	Pre schema.LengthStats `json:"pre"`
 	// All is every ended session of the player's, which becomes Pre when
 	// they are exposed to a new experiment.
-	All Length `json:"all"`
-}
-
-// Length is a running mean of sessions' exchange lengths.
-type Length struct {
-	Sessions int     `json:"sessions"`
-	AvgL     float64 `json:"avg_l"`
-}
-
-// Add counts one more session of turns exchanges.
-func (l Length) Add(turns int) Length {
-	l.Sessions++
-	l.AvgL += (float64(turns) - l.AvgL) / float64(l.Sessions)
-	return l
+	All schema.LengthStats `json:"all"`
 }
 
 // NewCollector returns an empty Collector.

@@ -82,17 +82,17 @@ func (c Config) Validate() error {
 // Summary is what Run measured. Avg.L and the per-arm and
 // per-policy figures count only sessions that ended without error.
 type Summary struct {
-	Sessions   int                              `json:"sessions"`
-	Completed  int                              `json:"completed"`
-	Exchanges  int                              `json:"exchanges"`
-	AvgL       float64                          `json:"avg_l"`
-	PerArm     map[string]simulator.LengthStats `json:"per_arm"`
-	PerPolicy  map[string]simulator.LengthStats `json:"per_policy"`
-	EndReasons map[string]int                   `json:"end_reasons"`
-	Errors     int                              `json:"errors"`
-	ErrorCodes map[string]int                   `json:"error_codes"`
-	Retries    int                              `json:"retries"`
-	Seconds    float64                          `json:"seconds"`
+	Sessions   int                           `json:"sessions"`
+	Completed  int                           `json:"completed"`
+	Exchanges  int                           `json:"exchanges"`
+	AvgL       float64                       `json:"avg_l"`
+	PerArm     map[string]schema.LengthStats `json:"per_arm"`
+	PerPolicy  map[string]schema.LengthStats `json:"per_policy"`
+	EndReasons map[string]int                `json:"end_reasons"`
+	Errors     int                           `json:"errors"`
+	ErrorCodes map[string]int                `json:"error_codes"`
+	Retries    int                           `json:"retries"`
+	Seconds    float64                       `json:"seconds"`
 }
 
 // noArm labels sessions outside any experiment in Summary.PerArm.
@@ -109,7 +109,7 @@ type sessionResult struct {
 
 func newSummary() Summary {
 	return Summary{
-		PerArm: make(map[string]simulator.LengthStats), PerPolicy: make(map[string]simulator.LengthStats),
+		PerArm: make(map[string]schema.LengthStats), PerPolicy: make(map[string]schema.LengthStats),
 		EndReasons: make(map[string]int), ErrorCodes: make(map[string]int),
 	}
 }
@@ -141,7 +141,7 @@ func (s Summary) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "sessions\tcompleted\terrors\tretries\texchanges\tAvg.L\tseconds\n")
 	fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%.2f\t%.1f\n\n", s.Sessions, s.Completed, s.Errors, s.Retries, s.Exchanges, s.AvgL, s.Seconds)
-	table := func(title string, m map[string]simulator.LengthStats) {
+	table := func(title string, m map[string]schema.LengthStats) {
 		fmt.Fprintf(tw, "%s\tsessions\tAvg.L\n", title)
 		for _, k := range sortedKeys(m) {
 			fmt.Fprintf(tw, "%s\t%d\t%.2f\n", k, m[k].Sessions, m[k].AvgL)

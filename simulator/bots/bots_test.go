@@ -29,8 +29,8 @@ func TestBotsSummaryMath(t *testing.T) {
 	}
 	want := Summary{
 		Sessions: 5, Completed: 4, Exchanges: 24, AvgL: 6, Errors: 1, Retries: 3,
-		PerArm:     map[string]simulator.LengthStats{"stable": {Sessions: 2, AvgL: 5}, "canary": {Sessions: 1, AvgL: 11}, "none": {Sessions: 1, AvgL: 3}},
-		PerPolicy:  map[string]simulator.LengthStats{"v1": {Sessions: 3, AvgL: 13.0 / 3}, "v2": {Sessions: 1, AvgL: 11}},
+		PerArm:     map[string]schema.LengthStats{"stable": {Sessions: 2, AvgL: 5}, "canary": {Sessions: 1, AvgL: 11}, "none": {Sessions: 1, AvgL: 3}},
+		PerPolicy:  map[string]schema.LengthStats{"v1": {Sessions: 3, AvgL: 13.0 / 3}, "v2": {Sessions: 1, AvgL: 11}},
 		EndReasons: map[string]int{"player_ended": 2, "idle_timeout": 1, "max_turns": 1, "error": 1},
 		ErrorCodes: map[string]int{"rate_limited": 1},
 	}
