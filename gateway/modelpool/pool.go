@@ -196,6 +196,9 @@ func (p *Pool[E]) Run(ctx context.Context) error {
 	for {
 		p.mu.Lock()
 		want, done := p.wanted, p.wanted.Generation == 0 || p.wanted.Generation == p.serving.Generation && p.full
+		// Taken before reconcile, so that a release while it runs still
+		// wakes the loop.
+		changed := p.changed
 		p.mu.Unlock()
 		if !done {
 			p.reconcile(ctx, want)
@@ -204,7 +207,7 @@ func (p *Pool[E]) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-p.poke:
-		case <-p.changedChan():
+		case <-changed:
 			// A release may have freed a slot a load is waiting for.
 		}
 	}
@@ -315,10 +318,10 @@ func (p *Pool[E]) loadLocked(ctx context.Context, version string) (*entry[E], er
 	if len(p.entries) >= p.cfg.MaxResident {
 		victims = p.evictLocked()
 	}
-	if len(p.entries) >= p.cfg.MaxResident {
+	if n := len(p.entries); n >= p.cfg.MaxResident {
 		p.mu.Unlock()
 		p.closeAll(victims)
-		return nil, fmt.Errorf("load %s: %d versions resident: %w", version, len(p.entries), ErrFull)
+		return nil, fmt.Errorf("load %s: %d versions resident: %w", version, n, ErrFull)
 	}
 	e := &entry[E]{ready: make(chan struct{})}
 	p.entries[version] = e
