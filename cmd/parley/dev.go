@@ -45,6 +45,7 @@ interrupted bootstrap resumes). It prints the chat URL, the dashboard URL and tw
 	redisFlags(f, &cfg.RedisAddr, &cfg.RedisMasterName, &cfg.RedisCluster, "external Redis (empty: embedded miniredis)")
 	f.IntVar(&cfg.Bots, "bots", cfg.Bots, "ground-truth players talking to the gateway at a time (0: none)")
 	f.BoolVar(&cfg.Learner, "learner", cfg.Learner, "run the learner (session consumer and user-agent refresh)")
+	f.StringVar(&cfg.AnalysisGroup, "analysis-group", cfg.AnalysisGroup, "consumer group of the learner's A/B analysis (checkpoint: DATA_DIR/learner/abtest.json)")
 	hotPathFlags(f, &cfg.KeyCacheTTL, &cfg.KeyCacheSize, &cfg.SSEKeepAlive)
 	b := &cfg.Bootstrap
 	f.IntVar(&b.Players, "bootstrap-players", b.Players, "personas in the bootstrap corpus")

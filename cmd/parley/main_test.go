@@ -48,6 +48,7 @@ func TestInvalidConfigNamesTheField(t *testing.T) {
 		{"log level", nil, []string{"dev", "--log-level", "loud", "--data-dir", "x"}, "log level"},
 		{"key cache ttl", nil, []string{"gateway", "--kafka-brokers", "k:9092", "--instance", "gw", "--key-cache-ttl", "-1s"}, "key-cache-ttl"},
 		{"key cache size", nil, []string{"dev", "--key-cache-size", "0"}, "key-cache-size"},
+		{"analysis group", nil, []string{"dev", "--analysis-group", ""}, "analysis-group"},
 		{"sse keep-alive env", map[string]string{"PARLEY_SSE_KEEP_ALIVE": "-1s"}, []string{"dev"}, "sse-keep-alive"},
 	}
 	for _, c := range cases {

@@ -51,6 +51,9 @@ type Config struct {
 	Bots int
 	// Learner runs the session consumer and the user-agent refresh.
 	Learner bool
+	// AnalysisGroup is the consumer group of the learner's A/B analysis
+	// (learnerd.Config.AnalysisGroup).
+	AnalysisGroup string
 	// KeyCacheTTL, KeyCacheSize and SSEKeepAlive are the gateway's
 	// (gateway.Config).
 	KeyCacheTTL  time.Duration
@@ -62,7 +65,7 @@ type Config struct {
 // DefaultConfig keeps data in ./var and serves on 127.0.0.1:8080.
 func DefaultConfig() Config {
 	gc := gateway.DefaultConfig()
-	return Config{DataDir: "var", Addr: "127.0.0.1:8080", Learner: true,
+	return Config{DataDir: "var", Addr: "127.0.0.1:8080", Learner: true, AnalysisGroup: learnerd.DefaultConfig().AnalysisGroup,
 		KeyCacheTTL: gc.KeyCacheTTL, KeyCacheSize: gc.KeyCacheSize, SSEKeepAlive: gc.SSEKeepAlive,
 		Bootstrap: DefaultBootstrapConfig()}
 }
@@ -85,6 +88,9 @@ func (c Config) Validate() error {
 	}
 	if c.Bots < 0 {
 		return fmt.Errorf("dev: bots %d is negative", c.Bots)
+	}
+	if c.Learner && c.AnalysisGroup == "" {
+		return errors.New("dev: analysis-group is required with the learner")
 	}
 	if err := gatewayd.ValidateKnobs(c.gatewayKnobs(gateway.DefaultConfig())); err != nil {
 		return fmt.Errorf("dev: %w", err)
@@ -186,6 +192,7 @@ func (s *Stack) Run(ctx context.Context) error {
 		lc.Learner.Consumer.Brokers = kafka.ListenAddrs()
 		lc.RedisAddr, lc.RedisMasterName, lc.RedisCluster = rc.Addr, rc.MasterName, rc.Cluster
 		lc.KeyPrefix, lc.Watchdog.Deployment = gw.Gateway.KeyPrefix, gw.Gateway.Deployment
+		lc.AnalysisGroup = s.cfg.AnalysisGroup
 		wg.Go(func() { errs <- learnerd.Run(ctx, lc, s.tel) })
 	}
 
