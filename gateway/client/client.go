@@ -2,7 +2,8 @@
 // (Client.CreateSession, Client.Session, Client.EndSession), messages whole
 // or streamed as server-sent events (Client.SendMessage,
 // Client.StreamMessage), and the OpenAI-compatible chat completions
-// (Client.ChatCompletion, Client.StreamChatCompletion). Error answers are
+// (Client.ChatCompletion, Client.StreamChatCompletion, which WithSession
+// makes turns of a logged session). Error answers are
 // *Error, which carries the status, the JSON error code and Retry-After.
 // It imports only the standard library and package schema.
 package client
@@ -62,7 +63,7 @@ type Client struct {
 // CreateSession starts a session (POST /v1/sessions).
 func (c *Client) CreateSession(ctx context.Context, req schema.CreateSessionRequest) (schema.CreateSessionResponse, error) {
 	var out schema.CreateSessionResponse
-	if err := c.call(ctx, http.MethodPost, "/v1/sessions", req, &out); err != nil {
+	if err := c.call(ctx, http.MethodPost, "/v1/sessions", nil, req, &out); err != nil {
 		return out, err
 	}
 	return out, valid("/v1/sessions", out.Validate())
@@ -73,7 +74,7 @@ func (c *Client) CreateSession(ctx context.Context, req schema.CreateSessionRequ
 func (c *Client) SendMessage(ctx context.Context, sessionID, text string) (schema.MessageResponse, error) {
 	var out schema.MessageResponse
 	path := sessionPath(sessionID) + "/messages"
-	if err := c.call(ctx, http.MethodPost, path, schema.MessageRequest{Text: text}, &out); err != nil {
+	if err := c.call(ctx, http.MethodPost, path, nil, schema.MessageRequest{Text: text}, &out); err != nil {
 		return out, err
 	}
 	return out, valid(path, out.Validate())
@@ -85,7 +86,7 @@ func (c *Client) SendMessage(ctx context.Context, sessionID, text string) (schem
 func (c *Client) StreamMessage(ctx context.Context, sessionID, text string, onToken func(string) error) (schema.MessageResponse, error) {
 	var out schema.MessageResponse
 	path := sessionPath(sessionID) + "/messages"
-	resp, err := c.send(ctx, http.MethodPost, path, schema.MessageRequest{Text: text}, "text/event-stream")
+	resp, err := c.send(ctx, http.MethodPost, path, schema.MessageRequest{Text: text}, "text/event-stream", nil)
 	if err != nil {
 		return out, err
 	}
@@ -128,7 +129,7 @@ func (c *Client) StreamMessage(ctx context.Context, sessionID, text string, onTo
 func (c *Client) Session(ctx context.Context, sessionID string) (schema.SessionView, error) {
 	var out schema.SessionView
 	path := sessionPath(sessionID)
-	if err := c.call(ctx, http.MethodGet, path, nil, &out); err != nil {
+	if err := c.call(ctx, http.MethodGet, path, nil, nil, &out); err != nil {
 		return out, err
 	}
 	return out, valid(path, out.Validate())
@@ -139,7 +140,7 @@ func (c *Client) Session(ctx context.Context, sessionID string) (schema.SessionV
 func (c *Client) EndSession(ctx context.Context, sessionID string) (schema.SessionView, error) {
 	var out schema.SessionView
 	path := sessionPath(sessionID) + "/end"
-	if err := c.call(ctx, http.MethodPost, path, struct{}{}, &out); err != nil {
+	if err := c.call(ctx, http.MethodPost, path, nil, struct{}{}, &out); err != nil {
 		return out, err
 	}
 	if out.SessionID == "" {
@@ -148,13 +149,29 @@ func (c *Client) EndSession(ctx context.Context, sessionID string) (schema.Sessi
 	return out, valid(path, out.Validate())
 }
 
+// sessionHeader names the Parley session a chat completion continues
+// (gateway.SessionHeader).
+const sessionHeader = "X-Parley-Session"
+
+// ChatOption adjusts a chat-completion request.
+type ChatOption func(http.Header)
+
+// WithSession makes a chat completion the next turn of the caller's session
+// id, a UUID the game picks (X-Parley-Session): the first request with a new
+// id starts the session for the player in the request's User field, which
+// that request must set, and the session then ends like any other, after
+// the idle timeout or through EndSession. Session reads its transcript.
+func WithSession(id string) ChatOption {
+	return func(h http.Header) { h.Set(sessionHeader, id) }
+}
+
 // ChatCompletion answers an OpenAI-style chat request whole
 // (POST /v1/chat/completions; req.Stream is ignored).
-func (c *Client) ChatCompletion(ctx context.Context, req schema.ChatCompletionRequest) (schema.ChatCompletionResponse, error) {
+func (c *Client) ChatCompletion(ctx context.Context, req schema.ChatCompletionRequest, opts ...ChatOption) (schema.ChatCompletionResponse, error) {
 	var out schema.ChatCompletionResponse
 	req.Stream = false
 	const path = "/v1/chat/completions"
-	if err := c.call(ctx, http.MethodPost, path, req, &out); err != nil {
+	if err := c.call(ctx, http.MethodPost, path, chatHeader(opts), req, &out); err != nil {
 		return out, err
 	}
 	return out, valid(path, out.Validate())
@@ -163,10 +180,10 @@ func (c *Client) ChatCompletion(ctx context.Context, req schema.ChatCompletionRe
 // StreamChatCompletion is ChatCompletion streamed: onChunk (when not nil)
 // gets every chunk until the stream's [DONE] (an error from it stops the
 // stream and is returned).
-func (c *Client) StreamChatCompletion(ctx context.Context, req schema.ChatCompletionRequest, onChunk func(schema.ChatCompletionChunk) error) error {
+func (c *Client) StreamChatCompletion(ctx context.Context, req schema.ChatCompletionRequest, onChunk func(schema.ChatCompletionChunk) error, opts ...ChatOption) error {
 	req.Stream = true
 	const path = "/v1/chat/completions"
-	resp, err := c.send(ctx, http.MethodPost, path, req, "text/event-stream")
+	resp, err := c.send(ctx, http.MethodPost, path, req, "text/event-stream", chatHeader(opts))
 	if err != nil {
 		return err
 	}
@@ -201,6 +218,18 @@ func (c *Client) StreamChatCompletion(ctx context.Context, req schema.ChatComple
 	return nil
 }
 
+// chatHeader is the header opts set; nil without options.
+func chatHeader(opts []ChatOption) http.Header {
+	if len(opts) == 0 {
+		return nil
+	}
+	h := http.Header{}
+	for _, o := range opts {
+		o(h)
+	}
+	return h
+}
+
 // WaitReady polls GET /readyz until the gateway answers 200 or ctx is done.
 func (c *Client) WaitReady(ctx context.Context) error {
 	t := time.NewTicker(100 * time.Millisecond)
@@ -225,9 +254,10 @@ func (c *Client) WaitReady(ctx context.Context) error {
 	}
 }
 
-// call sends a JSON request and decodes a 2xx JSON answer into out.
-func (c *Client) call(ctx context.Context, method, path string, body, out any) error {
-	resp, err := c.send(ctx, method, path, body, "application/json")
+// call sends a JSON request, with header's fields besides its own, and
+// decodes a 2xx JSON answer into out.
+func (c *Client) call(ctx context.Context, method, path string, header http.Header, body, out any) error {
+	resp, err := c.send(ctx, method, path, body, "application/json", header)
 	if err != nil {
 		return err
 	}
@@ -245,8 +275,9 @@ func (c *Client) call(ctx context.Context, method, path string, body, out any) e
 	return nil
 }
 
-// send makes the request and returns a 2xx answer, or the answer as *Error.
-func (c *Client) send(ctx context.Context, method, path string, body any, accept string) (*http.Response, error) {
+// send makes the request, with header's fields besides its own, and
+// returns a 2xx answer, or the answer as *Error.
+func (c *Client) send(ctx context.Context, method, path string, body any, accept string, header http.Header) (*http.Response, error) {
 	var rd io.Reader
 	if body != nil {
 		payload, err := json.Marshal(body)
@@ -258,6 +289,9 @@ func (c *Client) send(ctx context.Context, method, path string, body any, accept
 	req, err := http.NewRequestWithContext(ctx, method, c.url(path), rd)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	for k, v := range header {
+		req.Header[k] = v
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/parleyhq/parley/gateway"
 	"github.com/parleyhq/parley/gateway/client"
 	"github.com/parleyhq/parley/inference"
@@ -148,6 +150,41 @@ func TestClientAgainstGateway(t *testing.T) {
 	if ae != nil && ae.RetryAfter < time.Second {
 		t.Errorf("RetryAfter = %v; want at least 1s", ae.RetryAfter)
 	}
+}
+
+// TestChatCompletionsInSession makes chat completions, whole and streamed,
+// the turns of one logged session with WithSession, reads its transcript
+// and ends it.
+func TestChatCompletionsInSession(t *testing.T) {
+	c := startGateway(t)
+	ctx := t.Context()
+	id := uuid.Must(uuid.NewV7()).String()
+	chat := func(text string) schema.ChatCompletionRequest {
+		return schema.ChatCompletionRequest{Messages: []schema.ChatMessage{{Role: "user", Content: text}}, User: "p-sdk"}
+	}
+
+	if _, err := c.ChatCompletion(ctx, chat("Hello there"), client.WithSession(id)); err != nil {
+		t.Fatalf("ChatCompletion in a new session: %v", err)
+	}
+	err := c.StreamChatCompletion(ctx, chat("Where does the north road lead?"), nil, client.WithSession(id))
+	if err != nil {
+		t.Fatalf("StreamChatCompletion in the session: %v", err)
+	}
+	v, err := c.Session(ctx, id)
+	if err != nil {
+		t.Fatalf("Session: %v", err)
+	}
+	if v.PlayerID != "p-sdk" || v.Turns != 2 || len(v.Transcript) != 2 ||
+		v.Transcript[0].User != "Hello there" || v.Transcript[1].NPC != reply {
+		t.Errorf("Session = %+v; want player p-sdk's two exchanges", v)
+	}
+	if _, err := c.EndSession(ctx, id); err != nil {
+		t.Fatalf("EndSession: %v", err)
+	}
+	_, err = c.ChatCompletion(ctx, chat("Still there?"), client.WithSession(id))
+	assertError(t, err, http.StatusConflict, "session_ended")
+	_, err = c.ChatCompletion(ctx, chat("Hi"), client.WithSession("not-a-uuid"))
+	assertError(t, err, http.StatusBadRequest, "bad_request")
 }
 
 // assertError checks that err is a *client.Error with status and code, and
