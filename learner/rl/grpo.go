@@ -36,17 +36,23 @@ type UpdateConfig struct {
 	// Trainer is "native" (the CPU trainer), "gomlx" (GoMLX's graph), or
 	// empty: native on the "go" backend, gomlx on "xla".
 	Trainer string `json:"trainer,omitempty"`
+	// Temperature is the policy's sampling temperature: ratios and KL use
+	// log-probs at it, log softmax(z/T), the distribution the rollouts
+	// were sampled from (before top-k). 0 or 1 scores at T = 1.
+	Temperature float64 `json:"temperature"`
 }
 
 // DefaultUpdateConfig returns the paper's update: ε=0.2, β=0.01, AdamW at
-// 1e-5, constant after no warm-up.
+// 1e-5, constant after no warm-up, log-probs at the default sampling
+// temperature 0.7.
 func DefaultUpdateConfig() UpdateConfig {
 	tc := inference.DefaultTrainConfig()
 	tc.LearningRate = 1e-5
 	tc.WarmupSteps = 0
 	tc.Schedule = "constant"
 	tc.WeightDecay = 0.01
-	return UpdateConfig{Epsilon: 0.2, Beta: 0.01, MiniBatch: 64, Train: tc}
+	return UpdateConfig{Epsilon: 0.2, Beta: 0.01, MiniBatch: 64, Train: tc,
+		Temperature: float64(inference.DefaultSampling().Temperature)}
 }
 
 // Validate reports the first bad field.
@@ -58,6 +64,8 @@ func (c UpdateConfig) Validate() error {
 		return fmt.Errorf("update config: beta %g is negative", c.Beta)
 	case c.MiniBatch < 1:
 		return fmt.Errorf("update config: mini batch %d must be positive", c.MiniBatch)
+	case c.Temperature < 0 || math.IsNaN(c.Temperature):
+		return fmt.Errorf("update config: temperature %g must not be negative", c.Temperature)
 	}
 	if err := c.Train.Validate(); err != nil {
 		return fmt.Errorf("update config: %w", err)
@@ -121,6 +129,9 @@ func NewUpdater(m *inference.Model, cfg UpdateConfig) (*Updater, error) {
 	if _, err := m.CloneWeights(refScope); err != nil {
 		return nil, fmt.Errorf("new updater: %w", err)
 	}
+	if err := scaleLogits(m.Context(), "/"+refScope, 1/cfg.temperature()); err != nil {
+		return nil, fmt.Errorf("new updater: %w", err)
+	}
 	tr, err := inference.NewTrainer(m, cfg.Train)
 	if err != nil {
 		return nil, fmt.Errorf("new updater: %w", err)
@@ -141,6 +152,9 @@ func newNativeUpdater(m *inference.Model, cfg UpdateConfig) (*Updater, error) {
 	ref, err := m.Clone()
 	if err != nil {
 		return nil, fmt.Errorf("new updater: freeze the reference policy: %w", err)
+	}
+	if err := scaleLogits(ref.Context(), "", 1/cfg.temperature()); err != nil {
+		return nil, fmt.Errorf("new updater: %w", err)
 	}
 	refNative, err := inference.NewNativeTrainer(ref, cfg.Train)
 	if err != nil {
@@ -165,6 +179,57 @@ func (u *Updater) Close() {
 
 // Config returns the update configuration.
 func (u *Updater) Config() UpdateConfig { return u.cfg }
+
+// temperature is the temperature log-probs are taken at: Temperature, or 1
+// when it is 0.
+func (c UpdateConfig) temperature() float64 {
+	if c.Temperature == 0 {
+		return 1
+	}
+	return c.Temperature
+}
+
+// scaleLogits multiplies the final norm's gain of the weights under scope
+// ("" for the live model) by factor. The LM head has no bias and nothing
+// follows the norm, so every logit is multiplied by factor: with 1/T the
+// model's log-probs become those of its logits at temperature T.
+func scaleLogits(ctx *mlctx.Context, scope string, factor float64) error {
+	if factor == 1 {
+		return nil
+	}
+	v := ctx.GetVariableByScopeAndName(scope+"/model/norm", "weight")
+	if v == nil {
+		return fmt.Errorf("scale logits: no final norm under %q", scope)
+	}
+	t, err := v.Value()
+	if err != nil {
+		return fmt.Errorf("scale logits: %w", err)
+	}
+	w, err := tensors.CopyFlatData[float32](t)
+	if err != nil {
+		return fmt.Errorf("scale logits: %w", err)
+	}
+	for i := range w {
+		w[i] = float32(float64(w[i]) * factor)
+	}
+	if err := v.SetValuePreservingOld(tensors.FromFlatDataAndDimensions(w, t.Shape().Dimensions...)); err != nil {
+		return fmt.Errorf("scale logits: %w", err)
+	}
+	return nil
+}
+
+// atTemperature runs f with the live model's logits divided by the
+// sampling temperature, and restores the scale after, keeping whatever f's
+// optimiser steps did to the (scaled) gain. The caller holds mu; nothing
+// may generate from the model meanwhile.
+func (u *Updater) atTemperature(f func() error) error {
+	t := u.cfg.temperature()
+	if err := scaleLogits(u.m.Context(), "", 1/t); err != nil {
+		return err
+	}
+	ferr := f()
+	return errors.Join(ferr, scaleLogits(u.m.Context(), "", t))
+}
 
 // packed is a minibatch as tensors [B, T] (and [B] for the advantages).
 type packed struct {
@@ -248,7 +313,8 @@ func bucket(n, max int) int {
 // Update takes one RL step on samples: it scores them under the current
 // (old) and the reference policy once, then takes one AdamW step per
 // minibatch on the clipped surrogate minus β·k3, averaged over the tokens of
-// each sequence and then over sequences.
+// each sequence and then over sequences. Every log-prob is taken at the
+// sampling temperature (UpdateConfig.Temperature).
 func (u *Updater) Update(ctx context.Context, samples []Sample, rng *rand.Rand) (UpdateStats, error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -256,9 +322,21 @@ func (u *Updater) Update(ctx context.Context, samples []Sample, rng *rand.Rand) 
 		return UpdateStats{}, ErrNoSamples
 	}
 	order := rng.Perm(len(samples))
-	if u.native != nil {
-		return u.updateNative(ctx, samples, order)
-	}
+	var st UpdateStats
+	err := u.atTemperature(func() error {
+		var err error
+		if u.native != nil {
+			st, err = u.updateNative(ctx, samples, order)
+		} else {
+			st, err = u.updateGoMLX(ctx, samples, order)
+		}
+		return err
+	})
+	return st, err
+}
+
+// updateGoMLX is Update with GoMLX's graph.
+func (u *Updater) updateGoMLX(ctx context.Context, samples []Sample, order []int) (UpdateStats, error) {
 	type batch struct {
 		p        packed
 		old, ref *tensors.Tensor
@@ -379,10 +457,30 @@ func (u *Updater) sequenceLoss(ctx *mlctx.Context, x []*graph.Node) *graph.Node 
 }
 
 // LogProbs returns each sample's per-token log-probabilities of its
-// response under the current policy (for evaluation and tests).
+// response under the current policy at temperature 1 (perplexity).
 func (u *Updater) LogProbs(samples []Sample) ([][]float32, error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	return u.logProbs(samples)
+}
+
+// SamplingLogProbs returns each sample's per-token log-probabilities of its
+// response under the current policy at the sampling temperature: the
+// log-probs Update's ratios start from.
+func (u *Updater) SamplingLogProbs(samples []Sample) ([][]float32, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	var lp [][]float32
+	err := u.atTemperature(func() error {
+		var err error
+		lp, err = u.logProbs(samples)
+		return err
+	})
+	return lp, err
+}
+
+// logProbs scores samples under the live weights; the caller holds mu.
+func (u *Updater) logProbs(samples []Sample) ([][]float32, error) {
 	if u.native != nil {
 		seqs, starts, err := u.sequences(samples)
 		if err != nil {

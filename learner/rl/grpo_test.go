@@ -2,6 +2,7 @@ package rl
 
 import (
 	"context"
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -133,4 +134,73 @@ func TestPackTruncatesOldestPromptTokens(t *testing.T) {
 	if p.tokens != 3 {
 		t.Errorf("masked tokens = %d; want 3", p.tokens)
 	}
+}
+
+// TestSamplingLogProbsAtTheSamplingTemperature checks that the log-probs the
+// update starts from are the sampler's: log softmax(z/T) of the model's
+// logits z at the policy's temperature, recomputed here from the logits
+// after each prefix, on both trainers; and that scoring at T leaves the
+// model as it was.
+func TestSamplingLogProbsAtTheSamplingTemperature(t *testing.T) {
+	samples := twoGroupSamples()
+	for _, kind := range []string{inference.TrainerNative, inference.TrainerGoMLX} {
+		t.Run(kind, func(t *testing.T) {
+			m := tinyModel(t, 6)
+			cfg := DefaultUpdateConfig()
+			cfg.Trainer, cfg.Temperature = kind, 0.7
+			u, err := NewUpdater(m, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(u.Close)
+			atOne, err := u.LogProbs(samples)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := u.SamplingLogProbs(samples)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, s := range samples {
+				for j, tok := range s.Tokens {
+					prefix := append(append([]int(nil), s.Prompt...), s.Tokens[:j]...)
+					z, err := m.LastLogits([][]int{prefix})
+					if err != nil {
+						t.Fatal(err)
+					}
+					want := logSoftmaxAt(z[0], tok, cfg.Temperature)
+					if d := math.Abs(float64(got[i][j]) - want); d > 1e-4 {
+						t.Errorf("sample %d token %d: log-prob at T=%g = %.6f; want %.6f from the logits", i, j, cfg.Temperature, got[i][j], want)
+					}
+					if one := logSoftmaxAt(z[0], tok, 1); math.Abs(float64(atOne[i][j])-one) > 1e-4 {
+						t.Errorf("sample %d token %d: log-prob at T=1 = %.6f; want %.6f", i, j, atOne[i][j], one)
+					}
+				}
+			}
+			again, err := u.LogProbs(samples)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range again {
+				for j := range again[i] {
+					if math.Abs(float64(again[i][j]-atOne[i][j])) > 1e-6 {
+						t.Fatalf("log-prob %d/%d at T=1 moved from %g to %g after scoring at T; want the model restored", i, j, atOne[i][j], again[i][j])
+					}
+				}
+			}
+		})
+	}
+}
+
+// logSoftmaxAt is log softmax(z/T)[tok].
+func logSoftmaxAt(z []float32, tok int, temp float64) float64 {
+	hi := math.Inf(-1)
+	for _, x := range z {
+		hi = math.Max(hi, float64(x)/temp)
+	}
+	s := 0.0
+	for _, x := range z {
+		s += math.Exp(float64(x)/temp - hi)
+	}
+	return float64(z[tok])/temp - hi - math.Log(s)
 }

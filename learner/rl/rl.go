@@ -130,7 +130,7 @@ type StepStats struct {
 	// number of trained (group) nodes per tree.
 	Nodes      float64 `json:"nodes"`
 	GroupNodes float64 `json:"group_nodes"`
-	// Reward is the mean immediate reward of the group nodes; Depth the
+	// Reward is the mean training reward 1 − P of the group nodes; Depth the
 	// mean number of groups per tree (how deep the main trajectory went).
 	Reward float64 `json:"reward"`
 	Depth  float64 `json:"depth"`

@@ -46,12 +46,16 @@ type TreeConfig struct {
 	Aggregate bool `json:"aggregate"`
 	// Depth is L, the number of exchanges of the longest dialogue.
 	Depth int `json:"depth"`
+	// StdFloor bounds the group standard deviation from below in the
+	// advantage normalisation, so that return differences far smaller than
+	// the floor (noise) stay small advantages instead of becoming ±1.
+	StdFloor float64 `json:"std_floor"`
 }
 
 // DefaultTreeConfig returns the paper's AT-GRPO tree: W=8, w=2, γ=2,
-// ω=0.3, L=10.
+// ω=0.3, L=10, with a group-std floor of 0.05 (returns lie in [0, 1]).
 func DefaultTreeConfig() TreeConfig {
-	return TreeConfig{Shape: ShapeAdaptive, W: 8, Width: 2, Gamma: 2, FixedRange: -1, Omega: 0.3, Aggregate: true, Depth: 10}
+	return TreeConfig{Shape: ShapeAdaptive, W: 8, Width: 2, Gamma: 2, FixedRange: -1, Omega: 0.3, Aggregate: true, Depth: 10, StdFloor: 0.05}
 }
 
 // Validate reports the first inconsistent field.
@@ -71,6 +75,8 @@ func (c TreeConfig) Validate() error {
 		return fmt.Errorf("tree config: depth %d must be at least 1", c.Depth)
 	case c.FixedRange < -1:
 		return fmt.Errorf("tree config: fixed range %d must be -1 (adaptive) or non-negative", c.FixedRange)
+	case c.StdFloor < 0 || math.IsNaN(c.StdFloor):
+		return fmt.Errorf("tree config: std floor %g must be non-negative", c.StdFloor)
 	}
 	return nil
 }
@@ -157,8 +163,11 @@ func (c TreeConfig) NodesWithoutTerminations() int {
 	return n
 }
 
-// Node is one exchange in a rollout tree: the NPC's turn at Depth, the
-// user's reply and its immediate reward.
+// Node is one exchange in a rollout tree: the NPC's turn at Depth and the
+// user's reply. The node's Reply.Reward is the training reward 1 − P
+// whatever the termination draw decided: the draw only decides whether the
+// dialogue goes on below the node (Leaf), so two siblings with the same P
+// earn the same reward.
 type Node struct {
 	Depth    int
 	Parent   *Node // nil at depth 1
@@ -233,9 +242,10 @@ func Return(n *Node, boundary, depth int, omega float64) float64 {
 	return omega*r + (1-omega)*s/float64(len(n.Children))
 }
 
-// Advantages normalises returns within a group: (R − mean)/(std + 1e-6),
-// with the population standard deviation.
-func Advantages(returns []float64) []float64 {
+// Advantages normalises returns within a group:
+// (R − mean)/(max(std, floor) + 1e-6), with the population standard
+// deviation. A floor of 0 is GRPO's plain normalisation.
+func Advantages(returns []float64, floor float64) []float64 {
 	if len(returns) == 0 {
 		return nil
 	}
@@ -251,7 +261,7 @@ func Advantages(returns []float64) []float64 {
 	std := math.Sqrt(v / float64(len(returns)))
 	out := make([]float64, len(returns))
 	for i, r := range returns {
-		out[i] = (r - mean) / (std + 1e-6)
+		out[i] = (r - mean) / (max(std, floor) + 1e-6)
 	}
 	return out
 }
@@ -314,7 +324,7 @@ func (b *Builder) Build(ctx context.Context, prompt *Prompt, step int, rng *rand
 		for _, n := range nodes {
 			g.Returns = append(g.Returns, Return(n, i+l, b.cfg.Depth, b.cfg.Omega))
 		}
-		g.Advantages = Advantages(g.Returns)
+		g.Advantages = Advantages(g.Returns, b.cfg.StdFloor)
 		t.Groups = append(t.Groups, g)
 		if len(open) == 0 {
 			break
@@ -366,9 +376,7 @@ func (b *Builder) sample(ctx context.Context, t *Tree, prompt *Prompt, step int,
 	out := make([]*Node, len(states))
 	for j := range states {
 		r := replies[j]
-		if r.Terminated {
-			r.Reward = 0
-		}
+		r.Reward = 1 - r.P
 		n := &Node{Depth: depth, Parent: owners[j], Gen: gens[j], Reply: r}
 		if owners[j] != nil {
 			owners[j].Children = append(owners[j].Children, n)
@@ -460,7 +468,7 @@ func (b *Builder) buildFull(ctx context.Context, t *Tree, step int) error {
 		for _, n := range s {
 			g.Returns = append(g.Returns, Return(n, b.cfg.Depth, b.cfg.Depth, b.cfg.Omega))
 		}
-		g.Advantages = Advantages(g.Returns)
+		g.Advantages = Advantages(g.Returns, b.cfg.StdFloor)
 		t.Groups = append(t.Groups, g)
 	}
 	return nil

@@ -148,8 +148,9 @@ func TestTerminationsShrinkTheTree(t *testing.T) {
 		}
 		for _, g := range tree.Groups {
 			for _, n := range g.Nodes {
-				if n.Reply.Terminated && n.Reply.Reward != 0 {
-					t.Errorf("%s: terminated node has reward %g; want 0", shape, n.Reply.Reward)
+				// r = 1 − p whatever the draw: the terminated turns' p is 0.9.
+				if n.Reply.Terminated && math.Abs(n.Reply.Reward-0.1) > 1e-12 {
+					t.Errorf("%s: terminated node has reward %g; want 1 − p = 0.1", shape, n.Reply.Reward)
 				}
 			}
 		}
@@ -230,7 +231,7 @@ func TestReturnAndAdvantagesHandComputed(t *testing.T) {
 		}
 	}
 	// mean 2.5, population std √1.25.
-	got := Advantages([]float64{1, 2, 3, 4})
+	got := Advantages([]float64{1, 2, 3, 4}, 0)
 	s := math.Sqrt(1.25) + 1e-6
 	want := []float64{-1.5 / s, -0.5 / s, 0.5 / s, 1.5 / s}
 	for i := range want {
@@ -238,7 +239,7 @@ func TestReturnAndAdvantagesHandComputed(t *testing.T) {
 			t.Errorf("Advantages[%d] = %.9f; want %.9f", i, got[i], want[i])
 		}
 	}
-	if got := Advantages([]float64{0.7, 0.7, 0.7}); math.Abs(got[0]) > 1e-6 || math.Abs(got[2]) > 1e-6 {
+	if got := Advantages([]float64{0.7, 0.7, 0.7}, 0); math.Abs(got[0]) > 1e-6 || math.Abs(got[2]) > 1e-6 {
 		t.Errorf("Advantages of equal returns = %v; want zeros", got)
 	}
 }
@@ -289,7 +290,7 @@ func TestBuildHandComputed(t *testing.T) {
 		t.Fatalf("group 2 = reused %d, second node %q; want 1, t5", g2.Reused, g2.Nodes[1].Gen.Text)
 	}
 	reusedR := rewards[g2.Nodes[0].Gen.Text]
-	if g2.Returns[0] != reusedR || g2.Returns[1] != 0 {
+	if math.Abs(g2.Returns[0]-reusedR) > 1e-12 || g2.Returns[1] != 0 {
 		t.Errorf("group 2 returns = %v; want [%g 0]", g2.Returns, reusedR)
 	}
 }
@@ -314,5 +315,59 @@ func TestTreeConfigValidate(t *testing.T) {
 		if err := c.Validate(); (err == nil) != tc.ok {
 			t.Errorf("%s: Validate() = %v; want ok=%v", tc.name, err, tc.ok)
 		}
+	}
+}
+
+// TestRewardIsOneMinusPWhateverTheDraw checks that a node's training reward
+// is 1 − p whether the user went on or ended: two siblings with the same p
+// earn the same reward and so the same advantage.
+func TestRewardIsOneMinusPWhateverTheDraw(t *testing.T) {
+	env := scriptEnv{reply: func(t Turn) Reply {
+		if t.NPC == "t1" {
+			return Reply{Terminated: true, P: 0.3}
+		}
+		return Reply{Text: "u", P: 0.3, Reward: 0.7}
+	}}
+	cfg := TreeConfig{Shape: ShapeChain, W: 2, Depth: 1}
+	b, err := NewBuilder(cfg, &countingPolicy{}, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree, err := b.Build(context.Background(), &Prompt{ID: "p"}, 0, rand.New(rand.NewPCG(1, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := tree.Groups[0]
+	for i, n := range g.Nodes {
+		if math.Abs(n.Reply.Reward-0.7) > 1e-12 || math.Abs(g.Returns[i]-0.7) > 1e-12 {
+			t.Errorf("node %s (terminated %v): reward %g, return %g; want 1 − p = 0.7", n.Gen.Text, n.Reply.Terminated, n.Reply.Reward, g.Returns[i])
+		}
+		if g.Advantages[i] != 0 {
+			t.Errorf("node %s: advantage %g; want 0 (same p)", n.Gen.Text, g.Advantages[i])
+		}
+	}
+}
+
+// TestAdvantagesStdFloor checks the floor under the group standard
+// deviation: returns 0.50 and 0.51 (std 0.005) give ±0.1 with a floor of
+// 0.05 instead of ±1.
+func TestAdvantagesStdFloor(t *testing.T) {
+	tests := []struct {
+		name  string
+		floor float64
+		want  float64
+	}{
+		{"no floor", 0, 0.005 / (0.005 + 1e-6)},
+		{"floor above the std", 0.05, 0.005 / (0.05 + 1e-6)},
+		{"floor below the std", 0.001, 0.005 / (0.005 + 1e-6)},
+	}
+	for _, tc := range tests {
+		got := Advantages([]float64{0.50, 0.51}, tc.floor)
+		if math.Abs(got[0]+tc.want) > 1e-9 || math.Abs(got[1]-tc.want) > 1e-9 {
+			t.Errorf("%s: Advantages = %v; want ±%.6f", tc.name, got, tc.want)
+		}
+	}
+	if err := (TreeConfig{Shape: ShapeChain, W: 2, Depth: 1, StdFloor: -0.1}).Validate(); err == nil {
+		t.Error("Validate accepted a negative std floor")
 	}
 }
