@@ -1,0 +1,452 @@
+package rl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+
+	"gonum.org/v1/gonum/stat"
+)
+
+// The referee gate measures how faithfully a user agent ranks and predicts
+// the players' decision to end a conversation: on sibling groups (several
+// NPC turns sampled from the serving policy in one context) the user
+// agent's end probability p is set against the players' hidden hazard, and
+// dialogues of the same policy against the user agent and against the
+// players are compared by their length.
+
+// RefereeConfig sizes the referee's measurement.
+type RefereeConfig struct {
+	// Groups sibling groups of Siblings candidate NPC turns each are
+	// sampled. Group g starts from prompts[g mod len(prompts)] and has
+	// g mod (MaxContext+1) exchanges of the policy with the players as its
+	// context (fewer when the player ends the conversation first).
+	Groups     int `json:"groups"`
+	Siblings   int `json:"siblings"`
+	MaxContext int `json:"max_context"`
+	// Dialogues of the first prompts are played for up to Depth exchanges
+	// against the players and against the user agent for Avg.L.
+	Dialogues int `json:"dialogues"`
+	Depth     int `json:"depth"`
+	// Resamples is the number of bootstrap resamples of the groups behind
+	// τ's 95 % confidence interval.
+	Resamples int `json:"resamples"`
+	// Parallel is how many groups the user agent judges at once.
+	Parallel int    `json:"parallel"`
+	Seed     uint64 `json:"seed"`
+}
+
+// DefaultRefereeConfig is the production measurement: 300 groups of 8
+// siblings in contexts of 0 to 3 exchanges, 300 dialogues of up to 6
+// exchanges, 1,000 bootstrap resamples.
+func DefaultRefereeConfig() RefereeConfig {
+	return RefereeConfig{Groups: 300, Siblings: 8, MaxContext: 3, Dialogues: 300, Depth: 6, Resamples: 1000, Parallel: 8, Seed: 1}
+}
+
+// Validate reports the first bad field.
+func (c RefereeConfig) Validate() error {
+	if c.Groups < 1 || c.Siblings < 2 || c.MaxContext < 0 || c.Dialogues < 1 || c.Depth < 1 || c.Resamples < 1 || c.Parallel < 1 {
+		return fmt.Errorf("referee config: groups %d (≥1), siblings %d (≥2), max context %d (≥0), dialogues %d, depth %d, resamples %d and parallel %d (≥1) out of range",
+			c.Groups, c.Siblings, c.MaxContext, c.Dialogues, c.Depth, c.Resamples, c.Parallel)
+	}
+	return nil
+}
+
+// RefereeThresholds is the referee gate's rule (issue 15's acceptance).
+type RefereeThresholds struct {
+	// The mean within-group Kendall τ-b must reach MinKendallTau and its
+	// CI's lower end must lie above MinKendallTauCILow.
+	MinKendallTau      float64 `json:"min_kendall_tau"`
+	MinKendallTauCILow float64 `json:"min_kendall_tau_ci_low"`
+	// The turn-level Pearson correlation must reach MinPearson.
+	MinPearson float64 `json:"min_pearson"`
+	// Simulated/real Avg.L must lie within [MinSimRealAvgL, MaxSimRealAvgL].
+	MinSimRealAvgL float64 `json:"min_sim_real_avg_l"`
+	MaxSimRealAvgL float64 `json:"max_sim_real_avg_l"`
+	// Tolerance is how far τ and Pearson may fall below the current user
+	// agent's, and how much further from 1 the Avg.L ratio may move, before
+	// the new one counts as worse.
+	Tolerance float64 `json:"tolerance"`
+}
+
+// DefaultRefereeThresholds are the production rule: τ ≥ 0.30 with CI low
+// > 0.20, Pearson ≥ 0.6, simulated/real Avg.L within [0.9, 1.1], and
+// nothing more than 0.02 worse than the current user agent.
+func DefaultRefereeThresholds() RefereeThresholds {
+	return RefereeThresholds{MinKendallTau: 0.30, MinKendallTauCILow: 0.20, MinPearson: 0.6,
+		MinSimRealAvgL: 0.9, MaxSimRealAvgL: 1.1, Tolerance: 0.02}
+}
+
+// Validate reports thresholds that no report could meet.
+func (t RefereeThresholds) Validate() error {
+	if t.MinSimRealAvgL > t.MaxSimRealAvgL || t.Tolerance < 0 {
+		return fmt.Errorf("referee thresholds: Avg.L ratio range [%g, %g] empty or tolerance %g negative", t.MinSimRealAvgL, t.MaxSimRealAvgL, t.Tolerance)
+	}
+	return nil
+}
+
+// RefereeReport is the referee's measurement of one user agent. A
+// statistic the data cannot define (no group whose turns both sides rank,
+// a constant series, no real dialogue) is 0.
+type RefereeReport struct {
+	// KendallTau is the mean over groups of Kendall's τ-b between the user
+	// agent's p and the hidden hazard of the siblings; the CI is the
+	// bootstrap percentile 95 % interval over groups.
+	KendallTau       float64 `json:"kendall_tau"`
+	KendallTauCILow  float64 `json:"kendall_tau_ci_low"`
+	KendallTauCIHigh float64 `json:"kendall_tau_ci_high"`
+	// Pearson is the correlation of p and the hidden hazard over every
+	// sibling turn.
+	Pearson float64 `json:"pearson"`
+	// SimRealAvgL is SimAvgL/RealAvgL: the mean exchange length of the
+	// policy's dialogues against the user agent over that against the
+	// players, from the same openings.
+	SimRealAvgL float64 `json:"sim_real_avg_l"`
+	SimAvgL     float64 `json:"sim_avg_l"`
+	RealAvgL    float64 `json:"real_avg_l"`
+	// Groups were sampled; RankedGroups of them have a defined τ-b (at
+	// least two distinct values on each side) and make up KendallTau.
+	Groups       int `json:"groups"`
+	RankedGroups int `json:"ranked_groups"`
+	Turns        int `json:"turns"`
+	Dialogues    int `json:"dialogues"`
+}
+
+// Pass applies th to r and, when prev (the current user agent's report on
+// the same sample) is given, requires r to be no worse than prev. reason
+// lists every failed condition, or the values that passed.
+func (r RefereeReport) Pass(prev *RefereeReport, th RefereeThresholds) (ok bool, reason string) {
+	var fails []string
+	failIf := func(bad bool, format string, args ...any) {
+		if bad {
+			fails = append(fails, fmt.Sprintf(format, args...))
+		}
+	}
+	failIf(r.RankedGroups == 0, "no group ranks its turns")
+	failIf(r.KendallTau < th.MinKendallTau, "τ %.3f < %.2f", r.KendallTau, th.MinKendallTau)
+	failIf(r.KendallTauCILow <= th.MinKendallTauCILow, "τ CI low %.3f ≤ %.2f", r.KendallTauCILow, th.MinKendallTauCILow)
+	failIf(r.Pearson < th.MinPearson, "Pearson %.3f < %.2f", r.Pearson, th.MinPearson)
+	failIf(r.SimRealAvgL < th.MinSimRealAvgL || r.SimRealAvgL > th.MaxSimRealAvgL,
+		"sim/real Avg.L %.3f outside [%.2f, %.2f]", r.SimRealAvgL, th.MinSimRealAvgL, th.MaxSimRealAvgL)
+	if prev != nil {
+		failIf(r.KendallTau < prev.KendallTau-th.Tolerance, "τ fell from %.3f to %.3f", prev.KendallTau, r.KendallTau)
+		failIf(r.Pearson < prev.Pearson-th.Tolerance, "Pearson fell from %.3f to %.3f", prev.Pearson, r.Pearson)
+		failIf(math.Abs(r.SimRealAvgL-1) > math.Abs(prev.SimRealAvgL-1)+th.Tolerance,
+			"sim/real Avg.L moved from %.3f to %.3f", prev.SimRealAvgL, r.SimRealAvgL)
+	}
+	if len(fails) > 0 {
+		return false, "referee: " + strings.Join(fails, "; ")
+	}
+	return true, fmt.Sprintf("referee: τ %.3f [%.3f, %.3f], Pearson %.3f, sim/real Avg.L %.3f",
+		r.KendallTau, r.KendallTauCILow, r.KendallTauCIHigh, r.Pearson, r.SimRealAvgL)
+}
+
+// SiblingGroup is one context and the candidate NPC turns sampled in it,
+// with the players' hidden hazard after each.
+type SiblingGroup struct {
+	State   State     `json:"-"`
+	Turns   []string  `json:"turns"`
+	Hazards []float64 `json:"hazards"`
+}
+
+// RefereeSample is what the referee judges user agents on: the sibling
+// groups and the openings of the Avg.L dialogues with their real length.
+// Judging several user agents on one sample pairs their reports.
+type RefereeSample struct {
+	Groups   []SiblingGroup
+	Openings []Prompt
+	RealAvgL float64
+	cfg      RefereeConfig
+}
+
+// SampleReferee plays the groups' contexts and samples their siblings with
+// policy against players (an environment whose Reply.P is the hidden
+// hazard, such as PlayerEnv), and plays the Avg.L dialogues against the
+// players. The prompts name the players and carry the user agent's demos.
+func SampleReferee(ctx context.Context, cfg RefereeConfig, policy Policy, players Environment, prompts []Prompt) (*RefereeSample, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if len(prompts) == 0 {
+		return nil, errors.New("sample referee: no prompts")
+	}
+	states, err := contexts(ctx, cfg, policy, players, prompts)
+	if err != nil {
+		return nil, fmt.Errorf("sample referee: %w", err)
+	}
+	batch := make([]State, 0, len(states)*cfg.Siblings)
+	for _, st := range states {
+		for range cfg.Siblings {
+			batch = append(batch, st)
+		}
+	}
+	gens, err := policy.GenerateBatch(ctx, batch)
+	if err != nil {
+		return nil, fmt.Errorf("sample referee: siblings: %w", err)
+	}
+	turns := make([]Turn, len(batch))
+	for i := range batch {
+		turns[i] = Turn{State: batch[i], NPC: gens[i].Text}
+	}
+	replies, err := players.Respond(ctx, 0, turns)
+	if err != nil {
+		return nil, fmt.Errorf("sample referee: hazards: %w", err)
+	}
+	if len(gens) != len(batch) || len(replies) != len(batch) {
+		return nil, fmt.Errorf("sample referee: siblings: %w", ErrShortBatch)
+	}
+	s := &RefereeSample{Groups: make([]SiblingGroup, len(states)), cfg: cfg}
+	for g, st := range states {
+		grp := SiblingGroup{State: st}
+		for i := g * cfg.Siblings; i < (g+1)*cfg.Siblings; i++ {
+			grp.Turns = append(grp.Turns, turns[i].NPC)
+			grp.Hazards = append(grp.Hazards, replies[i].P)
+		}
+		s.Groups[g] = grp
+	}
+	s.Openings = prompts[:min(cfg.Dialogues, len(prompts))]
+	real, err := Evaluate(ctx, policy, players, s.Openings, cfg.Depth, 0)
+	if err != nil {
+		return nil, fmt.Errorf("sample referee: real dialogues: %w", err)
+	}
+	s.RealAvgL = real.AvgL
+	return s, nil
+}
+
+// contexts plays each group's context: its prompt and up to its number of
+// exchanges of policy with the players, level by level in one batch.
+func contexts(ctx context.Context, cfg RefereeConfig, policy Policy, players Environment, prompts []Prompt) ([]State, error) {
+	states := make([]State, cfg.Groups)
+	for g := range states {
+		states[g] = State{Prompt: &prompts[g%len(prompts)]}
+	}
+	for d := 1; d <= cfg.MaxContext; d++ {
+		var live []int
+		for g := range states {
+			if g%(cfg.MaxContext+1) >= d && len(states[g].History) == d-1 {
+				live = append(live, g)
+			}
+		}
+		if len(live) == 0 {
+			break
+		}
+		batch := make([]State, len(live))
+		for i, g := range live {
+			batch[i] = states[g]
+		}
+		gens, err := policy.GenerateBatch(ctx, batch)
+		if err != nil {
+			return nil, fmt.Errorf("context depth %d: %w", d, err)
+		}
+		turns := make([]Turn, len(live))
+		for i := range live {
+			turns[i] = Turn{State: batch[i], NPC: gens[i].Text}
+		}
+		replies, err := players.Respond(ctx, 0, turns)
+		if err != nil {
+			return nil, fmt.Errorf("context depth %d: %w", d, err)
+		}
+		if len(gens) != len(live) || len(replies) != len(live) {
+			return nil, fmt.Errorf("context depth %d: %w", d, ErrShortBatch)
+		}
+		for i, g := range live {
+			if replies[i].Terminated {
+				continue
+			}
+			h := append(slices.Clip(states[g].History), Exchange{NPC: gens[i].Text, User: replies[i].Text})
+			states[g] = State{Prompt: states[g].Prompt, History: h}
+		}
+	}
+	return states, nil
+}
+
+// Judge measures the user agent ua (an environment whose Reply.P is its
+// end probability, such as UserAgentEnv) on the sample, and plays the
+// Avg.L dialogues of policy against it. Past NPC turns of a context carry
+// ua's own p as their risk, as they would in a rollout against it.
+func (s *RefereeSample) Judge(ctx context.Context, policy Policy, ua Environment) (RefereeReport, error) {
+	rep := RefereeReport{Groups: len(s.Groups), Dialogues: len(s.Openings)}
+	states, err := s.riskedContexts(ctx, ua)
+	if err != nil {
+		return rep, fmt.Errorf("judge: %w", err)
+	}
+	ps := make([][]float64, len(s.Groups))
+	err = forEachParallel(ctx, len(s.Groups), s.cfg.Parallel, func(g int) error {
+		grp := s.Groups[g]
+		turns := make([]Turn, len(grp.Turns))
+		for i, t := range grp.Turns {
+			turns[i] = Turn{State: states[g], NPC: t}
+		}
+		replies, err := ua.Respond(ctx, 0, turns)
+		if err != nil {
+			return fmt.Errorf("group %d: %w", g, err)
+		}
+		if len(replies) != len(turns) {
+			return fmt.Errorf("group %d: %w", g, ErrShortBatch)
+		}
+		ps[g] = make([]float64, len(replies))
+		for i, r := range replies {
+			ps[g][i] = r.P
+		}
+		return nil
+	})
+	if err != nil {
+		return rep, fmt.Errorf("judge: %w", err)
+	}
+	var taus, allP, allH []float64
+	for g, grp := range s.Groups {
+		if tau, ok := KendallTauB(ps[g], grp.Hazards); ok {
+			taus = append(taus, tau)
+		}
+		allP = append(allP, ps[g]...)
+		allH = append(allH, grp.Hazards...)
+	}
+	rep.Turns, rep.RankedGroups = len(allP), len(taus)
+	if len(taus) > 0 {
+		rep.KendallTau = stat.Mean(taus, nil)
+		rep.KendallTauCILow, rep.KendallTauCIHigh = BootstrapMeanCI(taus, s.cfg.Resamples, 0.95, s.cfg.Seed)
+	}
+	if r := stat.Correlation(allP, allH, nil); !math.IsNaN(r) {
+		rep.Pearson = r
+	}
+	sim, err := Evaluate(ctx, policy, ua, s.Openings, s.cfg.Depth, 0)
+	if err != nil {
+		return rep, fmt.Errorf("judge: simulated dialogues: %w", err)
+	}
+	rep.SimAvgL, rep.RealAvgL = sim.AvgL, s.RealAvgL
+	if s.RealAvgL > 0 {
+		rep.SimRealAvgL = sim.AvgL / s.RealAvgL
+	}
+	return rep, nil
+}
+
+// riskedContexts copies the groups' contexts with each past NPC turn's
+// risk set to ua's p after it, judged level by level.
+func (s *RefereeSample) riskedContexts(ctx context.Context, ua Environment) ([]State, error) {
+	states := make([]State, len(s.Groups))
+	for g, grp := range s.Groups {
+		states[g] = State{Prompt: grp.State.Prompt, History: slices.Clone(grp.State.History)}
+	}
+	for d := 1; d <= s.cfg.MaxContext; d++ {
+		var at []int
+		var turns []Turn
+		for g, st := range states {
+			if len(st.History) >= d {
+				at = append(at, g)
+				turns = append(turns, Turn{State: State{Prompt: st.Prompt, History: st.History[:d-1]}, NPC: st.History[d-1].NPC})
+			}
+		}
+		if len(turns) == 0 {
+			break
+		}
+		replies, err := ua.Respond(ctx, 0, turns)
+		if err != nil {
+			return nil, fmt.Errorf("context risks at depth %d: %w", d, err)
+		}
+		if len(replies) != len(turns) {
+			return nil, fmt.Errorf("context risks at depth %d: %w", d, ErrShortBatch)
+		}
+		for i, g := range at {
+			states[g].History[d-1].Risk = replies[i].P
+		}
+	}
+	return states, nil
+}
+
+// forEachParallel runs f(0..n-1) with at most parallel calls at once and
+// returns the first error; after an error no new call starts.
+func forEachParallel(ctx context.Context, n, parallel int, f func(i int) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	sem := make(chan struct{}, parallel)
+	var wg sync.WaitGroup
+	for i := range n {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := f(i); err != nil {
+				cancel(err)
+			}
+		})
+	}
+	wg.Wait()
+	return context.Cause(ctx)
+}
+
+// KendallTauB is Kendall's τ-b of x and y, which corrects for ties:
+// (C − D) / √((n₀ − n₁)(n₀ − n₂)) with C and D the concordant and
+// discordant pairs, n₀ = n(n−1)/2, and n₁, n₂ the pairs tied in x and in
+// y. ok is false when it is undefined: fewer than two pairs, lengths that
+// differ, or either series without two distinct values.
+func KendallTauB(x, y []float64) (tau float64, ok bool) {
+	n := len(x)
+	if n != len(y) || n < 2 {
+		return 0, false
+	}
+	var concordant, discordant, tiedX, tiedY int
+	for i := range n {
+		for j := i + 1; j < n; j++ {
+			dx, dy := cmpFloat(x[i], x[j]), cmpFloat(y[i], y[j])
+			switch {
+			case dx == 0 && dy == 0:
+				tiedX++
+				tiedY++
+			case dx == 0:
+				tiedX++
+			case dy == 0:
+				tiedY++
+			case dx == dy:
+				concordant++
+			default:
+				discordant++
+			}
+		}
+	}
+	n0 := n * (n - 1) / 2
+	if tiedX == n0 || tiedY == n0 {
+		return 0, false
+	}
+	return float64(concordant-discordant) / math.Sqrt(float64(n0-tiedX)*float64(n0-tiedY)), true
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// BootstrapMeanCI is the percentile bootstrap confidence interval at level
+// of the mean of xs: the empirical quantiles (1−level)/2 and (1+level)/2
+// of the means of resamples resamples of xs with replacement, drawn from
+// seed. It is (0, 0) for no values.
+func BootstrapMeanCI(xs []float64, resamples int, level float64, seed uint64) (low, high float64) {
+	if len(xs) == 0 || resamples < 1 {
+		return 0, 0
+	}
+	rng := rand.New(rand.NewPCG(seed, 0xb007))
+	means := make([]float64, resamples)
+	for b := range means {
+		s := 0.0
+		for range xs {
+			s += xs[rng.IntN(len(xs))]
+		}
+		means[b] = s / float64(len(xs))
+	}
+	slices.Sort(means)
+	return stat.Quantile((1-level)/2, stat.Empirical, means, nil), stat.Quantile((1+level)/2, stat.Empirical, means, nil)
+}
