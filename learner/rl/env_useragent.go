@@ -2,28 +2,59 @@ package rl
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
-	"math/rand/v2"
+	"hash/fnv"
 	"sync"
 
 	"github.com/parleyhq/parley/schema"
 	"github.com/parleyhq/parley/simulator"
 )
 
-// UserAgentEnv makes the learned user agent an Environment: each level of a
-// tree is one UserAgent.Step (one scoring call and one batch of replies).
+// UserAgentEnv makes the learned user agent an Environment. Turns in the
+// same context (the same prompt and history: siblings in a tree) share one
+// termination draw, as PlayerEnv's players do: each turn is one
+// UserAgent.Step whose seed is a hash of the environment's seed and the
+// context, so the draw u is a pure function of the context and a sibling
+// with a lower p never ends while one with a higher p goes on, wherever in
+// a tree and in whichever call it was sampled.
 type UserAgentEnv struct {
-	ua *simulator.UserAgent
-
-	mu  sync.Mutex
-	rng *rand.Rand
+	ua   *simulator.UserAgent
+	seed uint64
 }
 
 var _ Environment = (*UserAgentEnv)(nil)
 
+// respondInFlight bounds the user agent steps of one Respond call in flight
+// at once (each queues at most one reply on the engine).
+const respondInFlight = 64
+
 // NewUserAgentEnv answers with ua; seed makes its terminations reproducible.
 func NewUserAgentEnv(ua *simulator.UserAgent, seed uint64) *UserAgentEnv {
-	return &UserAgentEnv{ua: ua, rng: rand.New(rand.NewPCG(seed, 0x0a9e))}
+	return &UserAgentEnv{ua: ua, seed: seed}
+}
+
+// contextSeed hashes the environment's seed and a state's prompt and
+// history: the seed of the termination draw shared by the state's turns.
+func (e *UserAgentEnv) contextSeed(st State) uint64 {
+	h := fnv.New64a()
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], e.seed)
+	h.Write(b[:])
+	binary.LittleEndian.PutUint64(b[:], st.Prompt.Seed)
+	h.Write(b[:])
+	for _, s := range []string{st.Prompt.ID, st.Prompt.PlayerID, st.Prompt.Opening} {
+		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
+	for _, x := range st.History {
+		h.Write([]byte(x.NPC))
+		h.Write([]byte{0})
+		h.Write([]byte(x.User))
+		h.Write([]byte{0})
+	}
+	return h.Sum64()
 }
 
 // Query is the user agent's view of a turn: the prompt's demos and the
@@ -46,25 +77,39 @@ func Query(t Turn) simulator.UserAgentQuery {
 	}
 }
 
-// Respond asks the user agent about every turn at once.
+// Respond asks the user agent about every turn, the steps in flight
+// together so that the engine batches their replies.
 func (e *UserAgentEnv) Respond(ctx context.Context, step int, turns []Turn) ([]Reply, error) {
-	qs := make([]simulator.UserAgentQuery, len(turns))
+	out := make([]Reply, len(turns))
+	errs := make([]error, len(turns))
+	sem := make(chan struct{}, respondInFlight)
+	var wg sync.WaitGroup
 	for i, t := range turns {
-		qs[i] = Query(t)
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return nil, ctx.Err()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			as, err := e.ua.Step(ctx, step, []simulator.UserAgentQuery{Query(t)}, e.contextSeed(t.State))
+			switch {
+			case err != nil:
+				errs[i] = err
+			case len(as) != 1:
+				errs[i] = fmt.Errorf("%d answers for one turn: %w", len(as), ErrShortBatch)
+			default:
+				a := as[0]
+				out[i] = Reply{Text: a.Reply, Terminated: a.Terminated, P: a.P, Reward: a.Reward}
+			}
+		}()
 	}
-	e.mu.Lock()
-	seed := e.rng.Uint64()
-	e.mu.Unlock()
-	as, err := e.ua.Step(ctx, step, qs, seed)
-	if err != nil {
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("user agent env: %w", err)
-	}
-	if len(as) != len(turns) {
-		return nil, fmt.Errorf("user agent env: %d answers for %d turns: %w", len(as), len(turns), ErrShortBatch)
-	}
-	out := make([]Reply, len(as))
-	for i, a := range as {
-		out[i] = Reply{Text: a.Reply, Terminated: a.Terminated, P: a.P, Reward: a.Reward}
 	}
 	return out, nil
 }
