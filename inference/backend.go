@@ -90,3 +90,32 @@ func newWithConfig(config string) (b backends.Backend, err error) {
 	}
 	return b, nil
 }
+
+// ErrUnsupported is returned when a model's architecture cannot run on the
+// decoder or trainer asked for.
+var ErrUnsupported = errors.New("inference: architecture not supported here")
+
+// CPUKernelsSupport returns nil when the hand-written CPU kernels (the CPU
+// decoder and the native trainer) implement c, else an error wrapping
+// ErrUnsupported naming the first feature they lack. They implement
+// Parley's own layout only: multi-head attention, head dim Dim/Heads, no
+// biases, tied embeddings and unscaled rotary frequencies; the GoMLX graph
+// (pure Go or XLA) implements every ModelConfig.
+func (c ModelConfig) CPUKernelsSupport() error {
+	var feature string
+	switch {
+	case c.KVHeadCount() != c.Heads:
+		feature = fmt.Sprintf("grouped-query attention (%d key/value heads for %d heads)", c.KVHeadCount(), c.Heads)
+	case c.HeadDim()*c.Heads != c.Dim:
+		feature = fmt.Sprintf("head dim %d ≠ dim %d / heads %d", c.HeadDim(), c.Dim, c.Heads)
+	case c.QKVBias:
+		feature = "query/key/value biases"
+	case c.UntiedHead:
+		feature = "an untied lm_head"
+	case c.RopeScaling != nil:
+		feature = fmt.Sprintf("rope scaling %q", c.RopeScaling.RopeType)
+	default:
+		return nil
+	}
+	return fmt.Errorf("the CPU kernels do not implement %s, use the gomlx decoder and trainer: %w", feature, ErrUnsupported)
+}

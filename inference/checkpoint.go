@@ -77,10 +77,14 @@ func SaveCheckpoint(dir string, m *Model, tok *Tokenizer, man schema.Manifest) e
 
 func writeCheckpointFiles(tmp string, m *Model, tok *Tokenizer, man *schema.Manifest) error {
 	c := m.cfg
+	modelType, arch := "llama", ArchLlama
+	if c.QKVBias {
+		modelType, arch = "qwen2", ArchQwen2
+	}
 	cfgJSON, err := json.MarshalIndent(checkpointConfig{
-		ModelConfig: c, ModelType: "llama", Architectures: []string{"LlamaForCausalLM"},
-		TieWordEmbeddings: true, TorchDType: "float32", HeadDim: c.HeadDim(),
-		NumKeyValueHeads: c.Heads, HiddenAct: "silu",
+		ModelConfig: c, ModelType: modelType, Architectures: []string{arch},
+		TieWordEmbeddings: !c.UntiedHead, TorchDType: "float32", HeadDim: c.HeadDim(),
+		NumKeyValueHeads: c.KVHeadCount(), HiddenAct: "silu",
 	}, "", "  ")
 	if err != nil {
 		return err
@@ -163,35 +167,28 @@ func LoadCheckpoint(dir string, backend BackendConfig) (*Model, *Tokenizer, sche
 			return fail(fmt.Errorf("manifest does not list %s", name))
 		}
 	}
-	var cc checkpointConfig
-	raw, err = os.ReadFile(filepath.Join(dir, ConfigFile))
+	cfg, err := ReadHFConfig(filepath.Join(dir, ConfigFile))
 	if err != nil {
-		return fail(err)
-	}
-	if err := json.Unmarshal(raw, &cc); err != nil {
-		return fail(fmt.Errorf("parse %s: %w", ConfigFile, err))
-	}
-	if err := cc.ModelConfig.Validate(); err != nil {
 		return fail(err)
 	}
 	tok, err := LoadTokenizer(filepath.Join(dir, TokenizerFile))
 	if err != nil {
 		return fail(err)
 	}
-	if tok.VocabSize() > cc.VocabSize {
-		return fail(fmt.Errorf("tokenizer has %d tokens, model only %d", tok.VocabSize(), cc.VocabSize))
+	if tok.VocabSize() > cfg.VocabSize {
+		return fail(fmt.Errorf("tokenizer has %d tokens, model only %d", tok.VocabSize(), cfg.VocabSize))
 	}
 	f, err := os.Open(filepath.Join(dir, WeightsFile))
 	if err != nil {
 		return fail(err)
 	}
 	defer f.Close()
-	_, wantDims := weightShapes(cc.ModelConfig)
+	_, wantDims := weightShapes(cfg)
 	vals, err := readSafetensors(f, wantDims)
 	if err != nil {
 		return fail(fmt.Errorf("read %s: %w", WeightsFile, err))
 	}
-	m, err := newModelWithWeights(cc.ModelConfig, backend, vals)
+	m, err := newModelWithWeights(cfg, backend, vals)
 	if err != nil {
 		return fail(err)
 	}

@@ -155,6 +155,11 @@ func NewEngine(m *Model, tok *Tokenizer, cfg EngineConfig, logger *slog.Logger) 
 	if tok.VocabSize() > m.cfg.VocabSize {
 		return nil, fmt.Errorf("new engine: tokenizer has %d tokens, model only %d", tok.VocabSize(), m.cfg.VocabSize)
 	}
+	if cfg.Decoder == DecoderCPU {
+		if err := m.cfg.CPUKernelsSupport(); err != nil {
+			return nil, fmt.Errorf("new engine: decoder %s: %w", DecoderCPU, err)
+		}
+	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -202,9 +207,10 @@ func newDecoder(m *Model, name string) decoder {
 }
 
 // DefaultDecoder is the decoder an engine uses for m when its config names
-// none: DecoderCPU on the pure-Go backend, DecoderGoMLX on XLA.
+// none: DecoderCPU on the pure-Go backend when the CPU kernels implement
+// the architecture (ModelConfig.CPUKernelsSupport), else DecoderGoMLX.
 func (m *Model) DefaultDecoder() string {
-	if m.bcfg.Name == "" || m.bcfg.Name == "go" {
+	if (m.bcfg.Name == "" || m.bcfg.Name == "go") && m.cfg.CPUKernelsSupport() == nil {
 		return DecoderCPU
 	}
 	return DecoderGoMLX

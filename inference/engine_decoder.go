@@ -92,7 +92,7 @@ func (d *gomlxDecoder) resize(src []int, rows, length int) error {
 	if d.cache == nil {
 		ts := make([]*tensors.Tensor, 2*c.Layers)
 		for i := range ts {
-			ts[i] = tensors.FromShape(cacheShape(i, rows, c.Heads, length, c.HeadDim()))
+			ts[i] = tensors.FromShape(cacheShape(i, rows, c.KVHeadCount(), length, c.HeadDim()))
 		}
 		d.cache, d.rows, d.length = ts, rows, length
 		return nil
@@ -134,7 +134,8 @@ func (d *gomlxDecoder) resize(src []int, rows, length int) error {
 }
 
 // cacheShape is the shape of cache tensor i: keys (even i) are
-// [rows, heads, length, hd], values (odd i) [rows, heads, hd, length].
+// [rows, heads, length, hd], values (odd i) [rows, heads, hd, length],
+// heads being the key/value heads.
 func cacheShape(i, rows, heads, length, hd int) shapes.Shape {
 	if i%2 == 0 {
 		return shapes.Make(dtypes.Float32, rows, heads, length, hd)
@@ -331,12 +332,12 @@ func (d *gomlxDecoder) step(tokens, positions []int32, active []bool) ([]float32
 func (m *Model) stepGraph(ctx *context.Context, tokens, pos, active *graph.Node, caches []*graph.Node) []*graph.Node {
 	g := tokens.Graph()
 	rows := tokens.Shape().Dimensions[0]
-	heads, hd := m.cfg.Heads, m.cfg.HeadDim()
+	heads, hd := m.cfg.KVHeadCount(), m.cfg.HeadDim()
 	length := caches[0].Shape().Dimensions[2]
 	r := m.newRope(graph.Reshape(pos, rows, 1))
 	posT := graph.BroadcastToDims(graph.Reshape(pos, rows, 1), rows, length)
 	visible := graph.Reshape(graph.LessOrEqual(graph.Iota(g, shapes.Make(dtypes.Int32, rows, length), 1), posT), rows, 1, 1, length)
-	// Scatter indices of every (row, head, dim) element at the row's
+	// Scatter indices of every (row, key/value head, dim) element at the row's
 	// position, for the key layout (r, h, pos, d) and the value layout
 	// (r, h, d, pos).
 	eshape := shapes.Make(dtypes.Int32, rows, heads, hd, 1)
@@ -351,21 +352,21 @@ func (m *Model) stepGraph(ctx *context.Context, tokens, pos, active *graph.Node,
 	for i := range m.cfg.Layers {
 		layer := fmt.Sprintf("model/layers/%d", i)
 		hn := m.rmsNorm(x, weight(ctx, g, layer+"/input_layernorm"))
-		q := r.apply(m.heads(linearSplit(hn, weight(ctx, g, layer+"/self_attn/q_proj"))))
-		k := r.apply(m.heads(linearSplit(hn, weight(ctx, g, layer+"/self_attn/k_proj"))))
-		v := m.heads(linearSplit(hn, weight(ctx, g, layer+"/self_attn/v_proj")))
+		q, k, v := m.projectQKV(ctx, g, layer, hn, linearSplit)
+		q, k, v = r.apply(m.heads(q, m.cfg.Heads)), r.apply(m.heads(k, heads)), m.heads(v, heads)
 		// The cache is zero at each row's position, so adding writes.
 		kc := graph.ScatterSum(caches[2*i], kIdx, graph.Reshape(graph.Mul(k, act), n), false, true)
 		vc := graph.ScatterSum(caches[2*i+1], vIdx, graph.Reshape(graph.Mul(v, act), n), false, true)
 		out = append(out, kc, vc)
 		// Attention over the cache: scores [rows, H, 1, T], values read
-		// from the transposed layout.
-		s := graph.DotGeneral(q, []int{3}, []int{0, 1}, kc, []int{3}, []int{0, 1})
-		s = graph.MulScalar(s, 1/math.Sqrt(float64(hd)))
+		// from the transposed layout; query heads grouped by the key/value
+		// head they read.
+		s := graph.DotGeneral(m.groupHeads(q), []int{3}, []int{0, 1}, kc, []int{3}, []int{0, 1})
+		s = m.ungroupHeads(graph.MulScalar(s, 1/math.Sqrt(float64(hd))), 1)
 		s = graph.Where(graph.BroadcastToShape(visible, s.Shape()), s,
 			graph.BroadcastToShape(graph.Scalar(g, dtypes.Float32, -1e9), s.Shape()))
-		p := graph.Softmax(s, -1)
-		a := graph.DotGeneral(p, []int{3}, []int{0, 1}, vc, []int{3}, []int{0, 1}) // [rows, H, 1, hd]
+		p := m.groupHeads(graph.Softmax(s, -1))
+		a := m.ungroupHeads(graph.DotGeneral(p, []int{3}, []int{0, 1}, vc, []int{3}, []int{0, 1}), 1) // [rows, H, 1, hd]
 		x = graph.Add(x, linearSplit(m.unheads(a), weight(ctx, g, layer+"/self_attn/o_proj")))
 		hn = m.rmsNorm(x, weight(ctx, g, layer+"/post_attention_layernorm"))
 		gate := linearSplit(hn, weight(ctx, g, layer+"/mlp/gate_proj"))
@@ -373,7 +374,7 @@ func (m *Model) stepGraph(ctx *context.Context, tokens, pos, active *graph.Node,
 		x = graph.Add(x, linearSplit(graph.Mul(graph.Mul(gate, graph.Sigmoid(gate)), up), weight(ctx, g, layer+"/mlp/down_proj")))
 	}
 	x = m.rmsNorm(x, weight(ctx, g, "model/norm"))
-	out[0] = graph.Reshape(linearSplit(x, weight(ctx, g, "model/embed_tokens")), rows, m.cfg.VocabSize)
+	out[0] = graph.Reshape(linearSplit(x, m.outputWeight(ctx, g)), rows, m.cfg.VocabSize)
 	return out
 }
 

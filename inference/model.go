@@ -17,8 +17,11 @@ import (
 )
 
 // ModelConfig is the architecture of the decoder-only transformer (Llama
-// shape: RMSNorm, rotary positions, SwiGLU, tied embeddings). The JSON names
-// follow Hugging Face's LlamaConfig so config.json reads familiar.
+// shape: RMSNorm, rotary positions, SwiGLU). The JSON names follow Hugging
+// Face's LlamaConfig so config.json reads familiar. The fields after NormEps
+// describe imported open-weight models (ReadHFConfig); their zero values
+// are Parley's own architecture: multi-head attention, head dim Dim/Heads,
+// no biases, tied embeddings, unscaled rotary frequencies.
 type ModelConfig struct {
 	VocabSize int     `json:"vocab_size"`
 	Dim       int     `json:"hidden_size"`
@@ -28,7 +31,36 @@ type ModelConfig struct {
 	MaxSeq    int     `json:"max_position_embeddings"`
 	RopeBase  float64 `json:"rope_theta"`
 	NormEps   float64 `json:"rms_norm_eps"`
+
+	// KVHeads is the number of key/value heads of grouped-query attention
+	// (num_key_value_heads); 0 means Heads.
+	KVHeads int `json:"num_key_value_heads,omitempty"`
+	// HeadSize is the width of one attention head (head_dim); 0 means
+	// Dim/Heads.
+	HeadSize int `json:"head_dim,omitempty"`
+	// QKVBias adds biases to the query, key and value projections (Qwen2).
+	QKVBias bool `json:"qkv_bias,omitempty"`
+	// UntiedHead gives the output projection its own weight,
+	// lm_head.weight, instead of reusing the token embeddings.
+	UntiedHead bool `json:"untied_lm_head,omitempty"`
+	// RopeScaling is Llama 3's rescaling of the rotary frequencies; nil
+	// means none.
+	RopeScaling *RopeScaling `json:"rope_scaling,omitempty"`
 }
+
+// RopeScaling is Llama 3's rope_scaling: wavelengths longer than
+// OriginalMaxPos/LowFreqFactor are stretched by Factor, shorter than
+// OriginalMaxPos/HighFreqFactor kept, and those between interpolated.
+type RopeScaling struct {
+	RopeType       string  `json:"rope_type"`
+	Factor         float64 `json:"factor"`
+	LowFreqFactor  float64 `json:"low_freq_factor"`
+	HighFreqFactor float64 `json:"high_freq_factor"`
+	OriginalMaxPos int     `json:"original_max_position_embeddings"`
+}
+
+// RopeTypeLlama3 is the only RopeScaling.RopeType Parley implements.
+const RopeTypeLlama3 = "llama3"
 
 // DefaultModelConfig is the ~1.1M-parameter default sized for 2 CPU cores.
 // VocabSize should be replaced by the tokenizer's.
@@ -53,25 +85,87 @@ func (c ModelConfig) Validate() error {
 	case c.Dim < 2 || c.Layers < 1 || c.Heads < 1 || c.FFNDim < 1 || c.MaxSeq < 2:
 		return fmt.Errorf("model config: dim %d, layers %d, heads %d, ffn %d, max seq %d must be positive",
 			c.Dim, c.Layers, c.Heads, c.FFNDim, c.MaxSeq)
-	case c.Dim%c.Heads != 0:
+	case c.KVHeads < 0 || c.HeadSize < 0:
+		return fmt.Errorf("model config: key/value heads %d and head dim %d must not be negative", c.KVHeads, c.HeadSize)
+	case c.HeadSize == 0 && c.Dim%c.Heads != 0:
 		return fmt.Errorf("model config: dim %d is not a multiple of heads %d", c.Dim, c.Heads)
-	case (c.Dim/c.Heads)%2 != 0:
-		return fmt.Errorf("model config: head dim %d must be even for rotary positions", c.Dim/c.Heads)
+	case c.HeadDim()%2 != 0:
+		return fmt.Errorf("model config: head dim %d must be even for rotary positions", c.HeadDim())
+	case c.Heads%c.KVHeadCount() != 0:
+		return fmt.Errorf("model config: heads %d is not a multiple of key/value heads %d", c.Heads, c.KVHeadCount())
 	case c.RopeBase <= 1:
 		return fmt.Errorf("model config: rope base %g must exceed 1", c.RopeBase)
 	case c.NormEps <= 0:
 		return fmt.Errorf("model config: norm eps %g must be positive", c.NormEps)
 	}
+	if r := c.RopeScaling; r != nil {
+		switch {
+		case r.RopeType != RopeTypeLlama3:
+			return fmt.Errorf("model config: rope scaling type %q, only %q is implemented", r.RopeType, RopeTypeLlama3)
+		case r.Factor < 1 || r.LowFreqFactor <= 0 || r.HighFreqFactor <= r.LowFreqFactor || r.OriginalMaxPos < 1:
+			return fmt.Errorf("model config: rope scaling factor %g, low %g, high %g, original max positions %d: want factor ≥ 1, 0 < low < high and positions ≥ 1",
+				r.Factor, r.LowFreqFactor, r.HighFreqFactor, r.OriginalMaxPos)
+		}
+	}
 	return nil
 }
 
-// HeadDim is Dim / Heads.
-func (c ModelConfig) HeadDim() int { return c.Dim / c.Heads }
+// HeadDim is the width of one attention head: HeadSize, or Dim / Heads.
+func (c ModelConfig) HeadDim() int {
+	if c.HeadSize > 0 {
+		return c.HeadSize
+	}
+	return c.Dim / c.Heads
+}
 
-// Params is the number of weights (embeddings counted once: they are tied).
+// KVHeadCount is the number of key/value heads: KVHeads, or Heads.
+func (c ModelConfig) KVHeadCount() int {
+	if c.KVHeads > 0 {
+		return c.KVHeads
+	}
+	return c.Heads
+}
+
+// Params is the number of weights (embeddings counted once when tied).
 func (c ModelConfig) Params() int {
-	perLayer := 4*c.Dim*c.Dim + 3*c.Dim*c.FFNDim + 2*c.Dim
-	return c.VocabSize*c.Dim + c.Layers*perLayer + c.Dim
+	q, kv := c.Heads*c.HeadDim(), c.KVHeadCount()*c.HeadDim()
+	perLayer := 2*c.Dim*q + 2*c.Dim*kv + 3*c.Dim*c.FFNDim + 2*c.Dim
+	if c.QKVBias {
+		perLayer += q + 2*kv
+	}
+	n := c.VocabSize*c.Dim + c.Layers*perLayer + c.Dim
+	if c.UntiedHead {
+		n += c.VocabSize * c.Dim
+	}
+	return n
+}
+
+// ropeFrequencies returns the HeadDim()/2 rotary angular frequencies,
+// rescaled as RopeScaling says (Hugging Face's
+// _compute_llama3_parameters).
+func (c ModelConfig) ropeFrequencies() []float64 {
+	hd := c.HeadDim()
+	inv := make([]float64, hd/2)
+	for i := range inv {
+		inv[i] = 1 / math.Pow(c.RopeBase, float64(2*i)/float64(hd))
+	}
+	r := c.RopeScaling
+	if r == nil {
+		return inv
+	}
+	orig := float64(r.OriginalMaxPos)
+	lowWavelen, highWavelen := orig/r.LowFreqFactor, orig/r.HighFreqFactor
+	for i, f := range inv {
+		switch wavelen := 2 * math.Pi / f; {
+		case wavelen < highWavelen:
+		case wavelen > lowWavelen:
+			inv[i] = f / r.Factor
+		default:
+			smooth := (orig/wavelen - r.LowFreqFactor) / (r.HighFreqFactor - r.LowFreqFactor)
+			inv[i] = (1-smooth)*f/r.Factor + smooth*f
+		}
+	}
+	return inv
 }
 
 // FLOPsPerToken is the approximate forward cost of one token at context
@@ -107,25 +201,39 @@ func weightShapes(c ModelConfig) ([]string, map[string][]int) {
 		names = append(names, name)
 		sh[name] = dims
 	}
+	q, kv := c.Heads*c.HeadDim(), c.KVHeadCount()*c.HeadDim()
 	add("model.embed_tokens.weight", c.VocabSize, c.Dim)
 	for i := range c.Layers {
 		p := fmt.Sprintf("model.layers.%d.", i)
 		add(p+"input_layernorm.weight", c.Dim)
-		add(p+"self_attn.q_proj.weight", c.Dim, c.Dim)
-		add(p+"self_attn.k_proj.weight", c.Dim, c.Dim)
-		add(p+"self_attn.v_proj.weight", c.Dim, c.Dim)
-		add(p+"self_attn.o_proj.weight", c.Dim, c.Dim)
+		add(p+"self_attn.q_proj.weight", q, c.Dim)
+		if c.QKVBias {
+			add(p+"self_attn.q_proj.bias", q)
+		}
+		add(p+"self_attn.k_proj.weight", kv, c.Dim)
+		if c.QKVBias {
+			add(p+"self_attn.k_proj.bias", kv)
+		}
+		add(p+"self_attn.v_proj.weight", kv, c.Dim)
+		if c.QKVBias {
+			add(p+"self_attn.v_proj.bias", kv)
+		}
+		add(p+"self_attn.o_proj.weight", c.Dim, q)
 		add(p+"post_attention_layernorm.weight", c.Dim)
 		add(p+"mlp.gate_proj.weight", c.FFNDim, c.Dim)
 		add(p+"mlp.up_proj.weight", c.FFNDim, c.Dim)
 		add(p+"mlp.down_proj.weight", c.Dim, c.FFNDim)
 	}
 	add("model.norm.weight", c.Dim)
+	if c.UntiedHead {
+		add("lm_head.weight", c.VocabSize, c.Dim)
+	}
 	return names, sh
 }
 
 // NewModel creates a randomly initialised model (normal, std 0.02; residual
-// output projections scaled by 1/√(2·layers); norms at 1) on the backend.
+// output projections scaled by 1/√(2·layers); norms at 1, biases at 0) on
+// the backend.
 func NewModel(cfg ModelConfig, backend BackendConfig, seed int64) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -141,6 +249,7 @@ func NewModel(cfg ModelConfig, backend BackendConfig, seed int64) (*Model, error
 		}
 		v := make([]float32, n)
 		switch {
+		case strings.HasSuffix(name, ".bias"):
 		case len(dims) == 1:
 			for i := range v {
 				v[i] = 1
@@ -161,6 +270,23 @@ func NewModel(cfg ModelConfig, backend BackendConfig, seed int64) (*Model, error
 
 // newModelWithWeights builds a Model from named float32 weights.
 func newModelWithWeights(cfg ModelConfig, bcfg BackendConfig, values map[string][]float32) (*Model, error) {
+	return newModelFilled(cfg, bcfg, func(name string, dst []float32) error {
+		v, ok := values[name]
+		if !ok {
+			return fmt.Errorf("weight %q missing", name)
+		}
+		if len(v) != len(dst) {
+			return fmt.Errorf("weight %q has %d values, want %d", name, len(v), len(dst))
+		}
+		copy(dst, v)
+		return nil
+	})
+}
+
+// newModelFilled builds a Model whose weights fill writes, one at a time,
+// into the float32 storage of each (so a loader converting from another
+// dtype never holds a second copy of the model).
+func newModelFilled(cfg ModelConfig, bcfg BackendConfig, fill func(name string, dst []float32) error) (*Model, error) {
 	installDotGeneralVJP()
 	b, err := newBackend(bcfg)
 	if err != nil {
@@ -169,13 +295,12 @@ func newModelWithWeights(cfg ModelConfig, bcfg BackendConfig, values map[string]
 	names, sh := weightShapes(cfg)
 	ctx := context.New().Checked(false)
 	for _, name := range names {
-		v, ok := values[name]
-		if !ok {
-			return nil, fmt.Errorf("new model: weight %q missing", name)
+		t := tensors.FromShape(shapes.Make(dtypes.Float32, sh[name]...))
+		if err := tensors.MutableFlatData(t, func(flat []float32) { err = fill(name, flat) }); err != nil {
+			return nil, fmt.Errorf("new model: weight %q: %w", name, err)
 		}
-		t := tensors.FromFlatDataAndDimensions(v, sh[name]...)
-		if t.Size() != len(v) {
-			return nil, fmt.Errorf("new model: weight %q has %d values, want %v", name, len(v), sh[name])
+		if err != nil {
+			return nil, fmt.Errorf("new model: %w", err)
 		}
 		scope, vname := weightScope(name)
 		ctx.InAbsPath(scope).VariableWithValue(vname, t)
@@ -270,12 +395,42 @@ var errNoWeight = errors.New("inference: weight not found in context")
 // weight returns the graph node of the weight at path (e.g.
 // "model/layers/0/self_attn/q_proj") relative to ctx's scope.
 func weight(ctx *context.Context, g *graph.Graph, path string) *graph.Node {
+	return param(ctx, g, path, "weight")
+}
+
+// param returns the graph node of the variable vname ("weight" or "bias")
+// at path relative to ctx's scope.
+func param(ctx *context.Context, g *graph.Graph, path, vname string) *graph.Node {
 	scope := strings.TrimSuffix(ctx.Scope(), "/") + "/" + path
-	v := ctx.GetVariableByScopeAndName(scope, "weight")
+	v := ctx.GetVariableByScopeAndName(scope, vname)
 	if v == nil {
-		panic(fmt.Errorf("weight %q: %w", scope, errNoWeight))
+		panic(fmt.Errorf("%s %q: %w", vname, scope, errNoWeight))
 	}
 	return v.ValueGraph(g)
+}
+
+// projectQKV applies the query, key and value projections of layer to hn
+// with lin (linear, or linearSplit when decoding), plus their biases when
+// the model has them: [.., Heads·hd], [.., KVHeads·hd] and [.., KVHeads·hd].
+func (m *Model) projectQKV(ctx *context.Context, g *graph.Graph, layer string, hn *graph.Node, lin func(x, w *graph.Node) *graph.Node) (q, k, v *graph.Node) {
+	proj := func(name string) *graph.Node {
+		path := layer + "/self_attn/" + name
+		y := lin(hn, weight(ctx, g, path))
+		if m.cfg.QKVBias {
+			y = graph.Add(y, graph.ExpandLeftToRank(param(ctx, g, path, "bias"), y.Rank()))
+		}
+		return y
+	}
+	return proj("q_proj"), proj("k_proj"), proj("v_proj")
+}
+
+// outputWeight is the [V, D] output projection: lm_head, or the tied
+// embeddings.
+func (m *Model) outputWeight(ctx *context.Context, g *graph.Graph) *graph.Node {
+	if m.cfg.UntiedHead {
+		return weight(ctx, g, "lm_head")
+	}
+	return weight(ctx, g, "model/embed_tokens")
 }
 
 // linear applies a [out, in] weight to the last axis of x.
@@ -300,9 +455,8 @@ func (m *Model) newRope(pos *graph.Node) rope {
 	hd := m.cfg.HeadDim()
 	half := hd / 2
 	inv := make([]float32, hd)
-	for i := range half {
-		f := float32(1 / math.Pow(m.cfg.RopeBase, float64(2*i)/float64(hd)))
-		inv[i], inv[i+half] = f, f
+	for i, f := range m.cfg.ropeFrequencies() {
+		inv[i], inv[i+half] = float32(f), float32(f)
 	}
 	b, t := pos.Shape().Dimensions[0], pos.Shape().Dimensions[1]
 	p := graph.Reshape(graph.ConvertDType(pos, dtypes.Float32), b, 1, t, 1)
@@ -330,27 +484,50 @@ func linearIn(x, w *graph.Node) *graph.Node {
 	return graph.DotGeneral(x, []int{x.Rank() - 1}, nil, w, []int{0}, nil)
 }
 
-// heads reshapes [B, T, D] to [B, H, T, headDim].
-func (m *Model) heads(x *graph.Node) *graph.Node {
+// heads reshapes [B, T, n·headDim] to [B, n, T, headDim].
+func (m *Model) heads(x *graph.Node, n int) *graph.Node {
 	d := x.Shape().Dimensions
-	return graph.TransposeAllAxes(graph.Reshape(x, d[0], d[1], m.cfg.Heads, m.cfg.HeadDim()), 0, 2, 1, 3)
+	return graph.TransposeAllAxes(graph.Reshape(x, d[0], d[1], n, m.cfg.HeadDim()), 0, 2, 1, 3)
 }
 
-// unheads reshapes [B, H, T, headDim] back to [B, T, D].
+// unheads reshapes [B, H, T, headDim] back to [B, T, H·headDim].
 func (m *Model) unheads(x *graph.Node) *graph.Node {
 	d := x.Shape().Dimensions
-	return graph.Reshape(graph.TransposeAllAxes(x, 0, 2, 1, 3), d[0], d[2], m.cfg.Dim)
+	return graph.Reshape(graph.TransposeAllAxes(x, 0, 2, 1, 3), d[0], d[2], d[1]*d[3])
+}
+
+// groupHeads views [B, H, T, n] as [B, KVHeads, (H/KVHeads)·T, n]: under
+// grouped-query attention query head h reads key/value head
+// h / (H/KVHeads), so each group of queries is one batch entry of the
+// products with the keys and values. It is the identity without grouping.
+func (m *Model) groupHeads(x *graph.Node) *graph.Node {
+	kv := m.cfg.KVHeadCount()
+	if kv == m.cfg.Heads {
+		return x
+	}
+	d := x.Shape().Dimensions
+	return graph.Reshape(x, d[0], kv, d[1]/kv*d[2], d[3])
+}
+
+// ungroupHeads undoes groupHeads for queries of length t.
+func (m *Model) ungroupHeads(x *graph.Node, t int) *graph.Node {
+	if m.cfg.KVHeadCount() == m.cfg.Heads {
+		return x
+	}
+	d := x.Shape().Dimensions
+	return graph.Reshape(x, d[0], m.cfg.Heads, t, d[3])
 }
 
 // attend computes softmax(q·kᵀ/√d + mask)·v for q [B,H,Tq,hd], k and v
-// [B,H,Tk,hd] and a boolean mask broadcastable to [B,H,Tq,Tk] (true = keep).
+// [B,KV,Tk,hd] and a boolean mask broadcastable to [B,H,Tq,Tk] (true = keep).
 func (m *Model) attend(q, k, v, mask *graph.Node) *graph.Node {
-	s := graph.DotGeneral(q, []int{3}, []int{0, 1}, k, []int{3}, []int{0, 1})
-	s = graph.MulScalar(s, 1/math.Sqrt(float64(m.cfg.HeadDim())))
+	tq := q.Shape().Dimensions[2]
+	s := graph.DotGeneral(m.groupHeads(q), []int{3}, []int{0, 1}, k, []int{3}, []int{0, 1})
+	s = m.ungroupHeads(graph.MulScalar(s, 1/math.Sqrt(float64(m.cfg.HeadDim()))), tq)
 	mask = graph.BroadcastToShape(mask, s.Shape())
 	s = graph.Where(mask, s, graph.BroadcastToShape(graph.Scalar(s.Graph(), dtypes.Float32, -1e9), s.Shape()))
-	p := graph.Softmax(s, -1)
-	return graph.DotGeneral(p, []int{3}, []int{0, 1}, v, []int{2}, []int{0, 1})
+	p := m.groupHeads(graph.Softmax(s, -1))
+	return m.ungroupHeads(graph.DotGeneral(p, []int{3}, []int{0, 1}, v, []int{2}, []int{0, 1}), tq)
 }
 
 func (m *Model) mlp(ctx *context.Context, g *graph.Graph, layer string, x *graph.Node) *graph.Node {
@@ -367,12 +544,12 @@ func (m *Model) embed(ctx *context.Context, g *graph.Graph, tokens *graph.Node) 
 
 func (m *Model) head(ctx *context.Context, g *graph.Graph, h *graph.Node) *graph.Node {
 	h = m.rmsNorm(h, weight(ctx, g, "model/norm"))
-	return linear(h, weight(ctx, g, "model/embed_tokens"))
+	return linear(h, m.outputWeight(ctx, g))
 }
 
 // forward runs the transformer over tokens [B, T] (int32) at positions 0..T-1
 // with causal attention and returns the final hidden states [B, T, D] and,
-// per layer, the rotated keys and the values [B, H, T, headDim].
+// per layer, the rotated keys and the values [B, KVHeads, T, headDim].
 func (m *Model) forward(ctx *context.Context, tokens *graph.Node) (h *graph.Node, ks, vs []*graph.Node) {
 	g := tokens.Graph()
 	b, t := tokens.Shape().Dimensions[0], tokens.Shape().Dimensions[1]
@@ -385,9 +562,8 @@ func (m *Model) forward(ctx *context.Context, tokens *graph.Node) (h *graph.Node
 	for i := range m.cfg.Layers {
 		layer := fmt.Sprintf("model/layers/%d", i)
 		hn := m.rmsNorm(x, weight(ctx, g, layer+"/input_layernorm"))
-		q := r.apply(m.heads(linear(hn, weight(ctx, g, layer+"/self_attn/q_proj"))))
-		k := r.apply(m.heads(linear(hn, weight(ctx, g, layer+"/self_attn/k_proj"))))
-		v := m.heads(linear(hn, weight(ctx, g, layer+"/self_attn/v_proj")))
+		q, k, v := m.projectQKV(ctx, g, layer, hn, linear)
+		q, k, v = r.apply(m.heads(q, m.cfg.Heads)), r.apply(m.heads(k, m.cfg.KVHeadCount())), m.heads(v, m.cfg.KVHeadCount())
 		ks, vs = append(ks, k), append(vs, v)
 		a := m.unheads(m.attend(q, k, v, causal))
 		x = graph.Add(x, linear(a, weight(ctx, g, layer+"/self_attn/o_proj")))
