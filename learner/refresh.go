@@ -13,8 +13,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/parleyhq/parley/inference"
 	"github.com/parleyhq/parley/inference/registry"
 	"github.com/parleyhq/parley/internal/atomicfile"
+	"github.com/parleyhq/parley/learner/rl"
+	"github.com/parleyhq/parley/schema"
+	"github.com/parleyhq/parley/simulator"
 )
 
 // RefreshConfig configures the user-agent refresh (DESIGN.md §1, §5).
@@ -36,6 +40,67 @@ type RefreshConfig struct {
 	SFT SFTConfig `json:"sft"`
 	// Poll is how often the loop checks whether a refresh is due.
 	Poll time.Duration `json:"poll"`
+	// Referee is the referee gate a refreshed user agent must pass, after
+	// the fidelity gate, to be published.
+	Referee RefereeGateConfig `json:"referee"`
+}
+
+// RefereeGateConfig configures the refresh's referee gate (issue 15): the
+// refreshed and the current user agent are measured with rl.SampleReferee
+// and Judge on one sample of sibling groups written by the newest version
+// of NPCModel for the held-out players of a ground-truth population, and
+// the refreshed one is published only when its report passes Thresholds
+// and is no worse than the current one's.
+type RefereeGateConfig struct {
+	// Players is the ground-truth population, seeded with PlayersSeed,
+	// whose hidden hazard the user agent is measured against; the personas
+	// held out of the user agent's training (SFT's split) play. Size 0
+	// turns the referee off: a deployment without ground-truth players
+	// has the fidelity gate only.
+	Players     simulator.PopulationConfig `json:"players"`
+	PlayersSeed uint64                     `json:"players_seed"`
+	// NPCModel is the dialogue agent's registry name; without a version
+	// of it there are no siblings and the referee is skipped.
+	NPCModel string `json:"npc_model"`
+	// Policy samples the NPC's turns and UserAgent lays out the user
+	// agent's prompts and replies, both as the AT-GRPO cycle uses them.
+	Policy    rl.PolicyConfig           `json:"policy"`
+	UserAgent simulator.UserAgentConfig `json:"user_agent"`
+	// Measure sizes the measurement and Thresholds is the pass rule.
+	Measure    rl.RefereeConfig     `json:"measure"`
+	Thresholds rl.RefereeThresholds `json:"thresholds"`
+	// DefaultCard is the NPC's system prompt.
+	DefaultCard string `json:"default_card"`
+}
+
+// DefaultRefereeGateConfig measures against the simulator's default
+// population (seed 1) with rl.DefaultRefereeConfig (300 groups of 8
+// siblings, 300 dialogues) and rl.DefaultRefereeThresholds (τ ≥ 0.30 with
+// CI low > 0.20, Pearson ≥ 0.6, simulated/real Avg.L within [0.9, 1.1]),
+// with the AT-GRPO cycle's policy and user-agent settings.
+func DefaultRefereeGateConfig() RefereeGateConfig {
+	cc := DefaultCycleConfig()
+	return RefereeGateConfig{
+		Players: simulator.DefaultPopulationConfig(), PlayersSeed: 1, NPCModel: cc.Model,
+		Policy: cc.Policy, UserAgent: cc.UserAgent, Measure: rl.DefaultRefereeConfig(), Thresholds: rl.DefaultRefereeThresholds(),
+		DefaultCard: cc.DefaultCard,
+	}
+}
+
+// Validate reports the first bad field of an enabled referee.
+func (c RefereeGateConfig) Validate() error {
+	if c.Players.Size == 0 {
+		return nil
+	}
+	if c.NPCModel == "" {
+		return errors.New("referee gate: npc model is required")
+	}
+	for _, err := range []error{c.Players.Validate(), c.Policy.Validate(), c.UserAgent.Validate(), c.Measure.Validate(), c.Thresholds.Validate()} {
+		if err != nil {
+			return fmt.Errorf("referee gate: %w", err)
+		}
+	}
+	return nil
 }
 
 // DefaultRefreshConfig refreshes every 200 new sessions or hour (with at
@@ -45,7 +110,8 @@ func DefaultRefreshConfig() RefreshConfig {
 	sft := DefaultSFTConfig(RoleUser)
 	sft.Steps = 100
 	sft.Train.LearningRate = 3e-4
-	return RefreshConfig{EverySessions: 200, Every: time.Hour, MinSessions: 20, ReplayShare: 0.5, SFT: sft, Poll: 5 * time.Second}
+	return RefreshConfig{EverySessions: 200, Every: time.Hour, MinSessions: 20, ReplayShare: 0.5, SFT: sft, Poll: 5 * time.Second,
+		Referee: DefaultRefereeGateConfig()}
 }
 
 // Validate reports the first bad field.
@@ -61,6 +127,9 @@ func (c RefreshConfig) Validate() error {
 		return fmt.Errorf("refresh config: poll %v must be positive", c.Poll)
 	case c.SFT.Role != RoleUser:
 		return fmt.Errorf("refresh config: the refresh trains the user agent, not %q", c.SFT.Role)
+	}
+	if err := c.Referee.Validate(); err != nil {
+		return fmt.Errorf("refresh config: %w", err)
 	}
 	return nil
 }
@@ -110,8 +179,8 @@ type refreshState struct {
 	Last *refreshOutcome `json:"last,omitempty"`
 }
 
-// refreshOutcome is the verdict of a refresh's fidelity gate, the values it
-// judged and the last training loss.
+// refreshOutcome is the verdict of a refresh's fidelity and referee gates,
+// the values they judged and the last training loss.
 type refreshOutcome struct {
 	Published         bool    `json:"published"`
 	RhoBefore         float64 `json:"rho_before"`
@@ -119,6 +188,12 @@ type refreshOutcome struct {
 	TermLogLossBefore float64 `json:"term_log_loss_before"`
 	TermLogLossAfter  float64 `json:"term_log_loss_after"`
 	Loss              float64 `json:"loss"`
+	// RefereeBefore and RefereeAfter are the referee's reports of the
+	// current and the refreshed user agent; nil when the referee did not
+	// measure them (off, no NPC, no current agent, or the fidelity gate
+	// refused first).
+	RefereeBefore *rl.RefereeReport `json:"referee_before,omitempty"`
+	RefereeAfter  *rl.RefereeReport `json:"referee_after,omitempty"`
 }
 
 // refresher fine-tunes the user agent on windows of the store.
@@ -211,12 +286,13 @@ func (r *refresher) refresh(ctx context.Context) (*SFTResult, error) {
 
 	cfg := r.cfg.SFT
 	cfg.Registry, cfg.DataDir, cfg.Version = r.registry, filepath.Join(r.dataDir, "runs"), ""
-	cfg.Gate = FidelityGate(r.cfg.RhoTolerance)
 	parent, err := currentVersion(ctx, r.registry, cfg.Model)
 	if err != nil {
 		return nil, fmt.Errorf("refresh: %w", err)
 	}
 	cfg.Parent = parent
+	var before, after *rl.RefereeReport
+	cfg.Gate = r.gate(parent, window, &before, &after)
 	cfg.RunID = fmt.Sprintf("refresh-%s-%06d", cfg.Model, r.state.Refreshes+1)
 	cfg.SkipEvalBefore = false
 	r.logger.Info("user-agent refresh", "parent", parent, "new_sessions", upTo-r.state.TrainedUpTo, "replay", k)
@@ -241,7 +317,8 @@ func (r *refresher) refresh(ctx context.Context) (*SFTResult, error) {
 	r.state.TrainedUpTo, r.state.InProgressUpTo, r.state.LastAt, r.state.LastReason = upTo, 0, r.now(), res.GateReason
 	r.state.Refreshes++
 	r.state.Last = &refreshOutcome{Published: res.Published, RhoBefore: res.Before.Rho, RhoAfter: res.After.Rho,
-		TermLogLossBefore: res.Before.TermLogLoss, TermLogLossAfter: res.After.TermLogLoss}
+		TermLogLossBefore: res.Before.TermLogLoss, TermLogLossAfter: res.After.TermLogLoss,
+		RefereeBefore: before, RefereeAfter: after}
 	if n := len(res.Losses); n > 0 {
 		r.state.Last.Loss = float64(res.Losses[n-1])
 	}
@@ -256,6 +333,167 @@ func (r *refresher) refresh(ctx context.Context) (*SFTResult, error) {
 		return res, fmt.Errorf("refresh: %w", err)
 	}
 	return res, nil
+}
+
+// gate is a refresh's publication rule: FidelityGate, then, when it
+// accepts, the referee gate. The referee's reports of the current
+// (parent) and the refreshed agent are left in before and after.
+func (r *refresher) gate(parent string, window []schema.Dialogue, before, after **rl.RefereeReport) func(context.Context, Metrics, Metrics, *inference.Model, *inference.Tokenizer) (bool, string, error) {
+	fidelity := FidelityGate(r.cfg.RhoTolerance)
+	return func(ctx context.Context, mb, ma Metrics, m *inference.Model, tok *inference.Tokenizer) (bool, string, error) {
+		ok, why := fidelity(mb, ma)
+		if !ok {
+			return false, why, nil
+		}
+		rc := r.cfg.Referee
+		if rc.Players.Size == 0 {
+			return true, why, nil
+		}
+		npc, err := currentVersion(ctx, r.registry, rc.NPCModel)
+		if err != nil {
+			return false, "", fmt.Errorf("referee: %w", err)
+		}
+		if npc == "" {
+			r.logger.Warn("user-agent referee skipped: no NPC version writes the siblings", "npc_model", rc.NPCModel)
+			return true, why + "; referee skipped: no " + rc.NPCModel + " version", nil
+		}
+		j, err := r.newReferee(ctx, npc, window)
+		if err != nil {
+			return false, "", err
+		}
+		defer j.stop()
+		if parent != "" {
+			pm, ptok, _, err := inference.LoadCheckpoint(filepath.Join(r.registry, r.cfg.SFT.Model, parent), r.cfg.SFT.Backend)
+			if err != nil {
+				return false, "", fmt.Errorf("referee: current user agent: %w", err)
+			}
+			if *before, err = j.judge(ctx, pm, ptok); err != nil {
+				return false, "", fmt.Errorf("referee: current user agent %s: %w", parent, err)
+			}
+		}
+		if *after, err = j.judge(ctx, m, tok); err != nil {
+			return false, "", fmt.Errorf("referee: refreshed user agent: %w", err)
+		}
+		pass, rwhy := (*after).Pass(*before, rc.Thresholds)
+		r.logger.Info("user-agent referee", "npc", npc, "parent", parent, "passed", pass, "reason", rwhy,
+			"seconds", time.Since(j.began).Seconds(), "groups", (*after).Groups, "ranked_groups", (*after).RankedGroups,
+			slog.Group("after", refereeAttrs(*after)...), slog.Group("before", refereeAttrs(*before)...))
+		return pass, why + "; " + rwhy, nil
+	}
+}
+
+// refereeAttrs are a report's gate values as log attributes; none for nil.
+func refereeAttrs(rep *rl.RefereeReport) []any {
+	if rep == nil {
+		return nil
+	}
+	return []any{"kendall_tau", rep.KendallTau, "kendall_tau_ci_low", rep.KendallTauCILow, "kendall_tau_ci_high", rep.KendallTauCIHigh,
+		"pearson", rep.Pearson, "sim_real_avg_l", rep.SimRealAvgL, "sim_avg_l", rep.SimAvgL, "real_avg_l", rep.RealAvgL}
+}
+
+// referee is one refresh's referee: the NPC version that writes the
+// siblings, served, and the sample every user agent is judged on.
+type referee struct {
+	cfg    RefereeGateConfig
+	npc    *inference.Engine
+	tok    *inference.Tokenizer
+	maxSeq int
+	sample *rl.RefereeSample
+	logger *slog.Logger
+	began  time.Time
+	stop   func()
+}
+
+// newReferee serves NPC version npc and samples the referee's groups and
+// real dialogues on the held-out personas, whose dialogues in window
+// give the user agent its style demos.
+func (r *refresher) newReferee(ctx context.Context, npc string, window []schema.Dialogue) (*referee, error) {
+	rc := r.cfg.Referee
+	j := &referee{cfg: rc, logger: r.logger, began: time.Now()}
+	m, tok, _, err := inference.LoadCheckpoint(filepath.Join(r.registry, rc.NPCModel, npc), r.cfg.SFT.Backend)
+	if err != nil {
+		return nil, fmt.Errorf("referee: %w", err)
+	}
+	eng, stop, err := cycleEngine(m, tok, r.logger)
+	if err != nil {
+		return nil, fmt.Errorf("referee: %w", err)
+	}
+	j.npc, j.tok, j.maxSeq, j.stop = eng, tok, m.Config().MaxSeq, stop
+	pop, err := simulator.NewPopulation(rc.Players, rc.PlayersSeed)
+	if err != nil {
+		stop()
+		return nil, fmt.Errorf("referee: %w", err)
+	}
+	pol, err := j.policy()
+	if err != nil {
+		stop()
+		return nil, fmt.Errorf("referee: %w", err)
+	}
+	prompts := r.refereePrompts(pop, window)
+	if j.sample, err = rl.SampleReferee(ctx, rc.Measure, pol, rl.NewPlayerEnv(pop), prompts); err != nil {
+		stop()
+		return nil, fmt.Errorf("referee: %w", err)
+	}
+	return j, nil
+}
+
+// policy is the NPC's policy, sampling with the same seeds at every call,
+// so every user agent's dialogues open with the same NPC turns.
+func (j *referee) policy() (*rl.ModelPolicy, error) {
+	return rl.NewModelPolicy(j.npc, j.tok, j.maxSeq, j.cfg.Policy)
+}
+
+// judge serves the user agent m and measures it on the sample.
+func (j *referee) judge(ctx context.Context, m *inference.Model, tok *inference.Tokenizer) (*rl.RefereeReport, error) {
+	eng, stop, err := cycleEngine(m, tok, j.logger)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	ua, err := simulator.NewUserAgent(eng, j.cfg.UserAgent)
+	if err != nil {
+		return nil, err
+	}
+	pol, err := j.policy()
+	if err != nil {
+		return nil, err
+	}
+	rep, err := j.sample.Judge(ctx, pol, rl.NewUserAgentEnv(ua, j.cfg.Measure.Seed))
+	if err != nil {
+		return nil, err
+	}
+	return &rep, nil
+}
+
+// refereePrompts opens one fresh conversation per group or dialogue of the
+// referee, cycling through the personas held out of the user agent's
+// training (all personas when none is), each with up to two of its
+// player's dialogues in window as the user agent's style demos.
+func (r *refresher) refereePrompts(pop *simulator.Population, window []schema.Dialogue) []rl.Prompt {
+	rc, sft := r.cfg.Referee, r.cfg.SFT
+	var ps []*simulator.Persona
+	for _, p := range pop.Players() {
+		if heldOutPlayer(p.ID, sft.HeldOutShare, sft.Seed) {
+			ps = append(ps, p)
+		}
+	}
+	if len(ps) == 0 {
+		ps = pop.Players()
+	}
+	risks := trainingRisks(window, sft.MaxTurns)
+	demos := byPlayer(window)
+	out := make([]rl.Prompt, max(rc.Measure.Groups, rc.Measure.Dialogues))
+	for i := range out {
+		p := ps[i%len(ps)]
+		out[i] = rl.PlayerPrompt(p, 7_000_000+uint64(i), rc.DefaultCard)
+		for _, d := range demos[p.ID] {
+			if len(out[i].Demos) == 2 {
+				break
+			}
+			out[i].Demos = append(out[i].Demos, simulator.PromptDialogueOf(d, risks))
+		}
+	}
+	return out
 }
 
 // currentVersion is the newest version of model in the registry at root,

@@ -6,11 +6,14 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/parleyhq/parley/inference"
 	"github.com/parleyhq/parley/inference/registry"
 	"github.com/parleyhq/parley/internal/testenv"
+	"github.com/parleyhq/parley/learner/rl"
 	"github.com/parleyhq/parley/schema"
 	"github.com/parleyhq/parley/simulator"
 )
@@ -179,5 +182,93 @@ func TestLearnerEndToEnd(t *testing.T) {
 	}
 	if l.Store().Len() != len(ds) {
 		t.Errorf("stored %d sessions; want %d", l.Store().Len(), len(ds))
+	}
+}
+
+// refereeFixture publishes tiny v1s of the NPC and the user agent trained
+// on ds and returns the user agent's SFT template.
+func refereeFixture(t *testing.T, ds []schema.Dialogue) SFTConfig {
+	t.Helper()
+	ctx := context.Background()
+	ua := tinySFTConfig(t, RoleUser)
+	ua.Registry = filepath.Join(ua.DataDir, "registry")
+	npc := tinySFTConfig(t, RoleNPC)
+	npc.Registry, npc.DataDir = ua.Registry, ua.DataDir
+	for _, c := range []SFTConfig{npc, ua} {
+		c.Steps, c.CheckpointEvery = 16, 16
+		if res, err := TrainSFT(ctx, c, ds, nil); err != nil || !res.Published {
+			t.Fatalf("train %s v1: published %v, %v", c.Role, res != nil && res.Published, err)
+		}
+	}
+	return ua
+}
+
+// tinyReferee is a referee small enough for a test.
+func tinyReferee(seed uint64) RefereeGateConfig {
+	rc := DefaultRefereeGateConfig()
+	rc.Players.Size, rc.PlayersSeed = 16, seed
+	rc.Policy.Sampling.MaxTokens, rc.UserAgent.Sampling.MaxTokens = 8, 4
+	rc.Measure = rl.RefereeConfig{Groups: 6, Siblings: 4, MaxContext: 1, Dialogues: 6, Depth: 3, Resamples: 100, Parallel: 4, Seed: 1}
+	return rc
+}
+
+// TestRefreshRefusedByTheReferee refreshes the user agent with a learning
+// rate too small to change it, so the fidelity gate sees the same agent
+// and accepts, while a tiny user agent is far from the production
+// referee's thresholds: the refresh is measured, logged in the state and
+// not published. The same gate with thresholds any agent meets accepts.
+func TestRefreshRefusedByTheReferee(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains three models: skipped in -short")
+	}
+	ctx := context.Background()
+	ds := generatedCorpus(t, 16, 4, 4, 3)
+	base := refereeFixture(t, ds)
+	store, err := OpenStore(filepath.Join(base.DataDir, "sessions"), 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	if _, err := store.Append(ds); err != nil {
+		t.Fatal(err)
+	}
+	rc := DefaultRefreshConfig()
+	rc.SFT = base
+	rc.SFT.Steps, rc.SFT.CheckpointEvery, rc.SFT.Train.LearningRate = 2, 2, 1e-12
+	rc.ReplayShare = 0
+	rc.Referee = tinyReferee(3)
+	r := &refresher{cfg: rc, store: store, registry: base.Registry, dataDir: base.DataDir, logger: slog.New(slog.DiscardHandler), now: time.Now}
+	if err := r.load(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.refresh(ctx)
+	if err != nil {
+		t.Fatalf("refresh: %v", err)
+	}
+	t.Logf("gate: %s", res.GateReason)
+	last := r.state.Last
+	if last == nil || last.RefereeBefore == nil || last.RefereeAfter == nil {
+		t.Fatalf("refresh state %+v; want both referee reports", last)
+	}
+	if res.Published || !strings.Contains(res.GateReason, "referee: ") || !strings.Contains(res.GateReason, "< 0.30") {
+		t.Errorf("refresh published %v (gate %q); want it refused by the referee's τ threshold", res.Published, res.GateReason)
+	}
+	if got := registryVersions(t, base.Registry, base.Model); !slices.Equal(got, []string{"v1"}) {
+		t.Errorf("registry holds %v; want only v1", got)
+	}
+	if g := last.RefereeAfter.Groups; g != rc.Referee.Measure.Groups || last.RefereeAfter.Turns != g*rc.Referee.Measure.Siblings {
+		t.Errorf("referee measured %d groups, %d turns; want %d groups of %d", g, last.RefereeAfter.Turns, rc.Referee.Measure.Groups, rc.Referee.Measure.Siblings)
+	}
+
+	loose := rl.RefereeThresholds{MinKendallTau: -1, MinKendallTauCILow: -2, MinPearson: -1, MinSimRealAvgL: 0, MaxSimRealAvgL: 100, Tolerance: 2}
+	r.cfg.Referee.Thresholds = loose
+	var before, after *rl.RefereeReport
+	m, tok, _, err := inference.LoadCheckpoint(filepath.Join(base.Registry, base.Model, "v1"), base.Backend)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok, why, err := r.gate("v1", ds, &before, &after)(ctx, Metrics{}, Metrics{}, m, tok)
+	if err != nil || !ok || before == nil || after == nil {
+		t.Errorf("gate with loose thresholds = %v (%s), %v; reports %v, %v; want it to measure both and accept", ok, why, err, before, after)
 	}
 }

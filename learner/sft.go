@@ -92,8 +92,10 @@ type SFTConfig struct {
 	Eval           EvalConfig `json:"eval"`
 	SkipEvalBefore bool       `json:"skip_eval_before"`
 	// Gate, when set, decides from the metrics before and after training
-	// whether the model is published, and says why.
-	Gate func(before, after Metrics) (bool, string) `json:"-"`
+	// and from the trained model whether the model is published, and says
+	// why; its error fails the run before anything is published (a rerun
+	// resumes after the training).
+	Gate func(ctx context.Context, before, after Metrics, m *inference.Model, tok *inference.Tokenizer) (bool, string, error) `json:"-"`
 	// Progress receives the training progress (loss, tokens/s, ETA): a bar
 	// on a terminal, a line every few seconds otherwise; nil means none.
 	Progress io.Writer `json:"-"`
@@ -279,8 +281,11 @@ func TrainSFT(ctx context.Context, cfg SFTConfig, dialogues []schema.Dialogue, l
 
 	publish := cfg.Registry != ""
 	if cfg.Gate != nil {
-		publish, res.GateReason = cfg.Gate(res.Before, res.After)
-		publish = publish && cfg.Registry != ""
+		ok, why, err := cfg.Gate(ctx, res.Before, res.After, m, tok)
+		if err != nil {
+			return nil, fmt.Errorf("train sft: gate: %w", err)
+		}
+		publish, res.GateReason = ok && cfg.Registry != "", why
 	}
 	if !publish {
 		logger.Info("sft: not published", "role", cfg.Role, "reason", res.GateReason)

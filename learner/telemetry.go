@@ -7,6 +7,8 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/parleyhq/parley/learner/rl"
 )
 
 // The learner's health series. Labels carry partitions, gate statistics and
@@ -30,8 +32,10 @@ const (
 
 // RegisterMetrics reports the learner's health on meter at every
 // collection: consumer lag per partition, stored dialogues, open sessions,
-// and the user-agent refresh's runs with the fidelity gate's values (ρ and
-// termination log-loss before and after) and its last training loss.
+// and the user-agent refresh's runs with its gates' values (the fidelity
+// gate's ρ and termination log-loss and, when the referee measured them,
+// its τ, τ's CI, Pearson and simulated/real Avg.L, of the current agent
+// before and the refreshed one after) and its last training loss.
 // Unregister the returned registration before the learner goes away.
 func (l *Learner) RegisterMetrics(meter metric.Meter) (metric.Registration, error) {
 	var errs []error
@@ -52,7 +56,7 @@ func (l *Learner) RegisterMetrics(meter metric.Meter) (metric.Registration, erro
 	pub := counter(metricRefreshPub, "User-agent refreshes whose version the fidelity gate published.")
 	lastRun := gauge(metricRefreshLastRun, "Unix time of the last refresh (or postponement).", "s")
 	accepted := gauge(metricRefreshAccepted, "1 when the fidelity gate published the last refresh this process ran, else 0.", "")
-	gate := gauge(metricRefreshGate, "The fidelity gate's inputs of the last refresh: stat rho or term_log_loss of the user agent before and after.", "")
+	gate := gauge(metricRefreshGate, "The gates' inputs of the last refresh, of the user agent before and after: stat rho or term_log_loss (fidelity gate), kendall_tau, kendall_tau_ci_low, kendall_tau_ci_high, pearson or sim_real_avg_l (referee gate, when it measured them).", "")
 	loss := gauge(metricRefreshLoss, "Training loss of the last step of the last refresh.", "")
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -85,6 +89,23 @@ func (l *Learner) RegisterMetrics(meter metric.Meter) (metric.Registration, erro
 				{"term_log_loss", "before", last.TermLogLossBefore}, {"term_log_loss", "after", last.TermLogLossAfter},
 			} {
 				o.ObserveFloat64(gate, v.value, metric.WithAttributes(attribute.String("stat", v.stat), attribute.String("side", v.side)))
+			}
+			for _, side := range []struct {
+				name string
+				rep  *rl.RefereeReport
+			}{{"before", last.RefereeBefore}, {"after", last.RefereeAfter}} {
+				if side.rep == nil {
+					continue
+				}
+				for _, v := range []struct {
+					stat  string
+					value float64
+				}{
+					{"kendall_tau", side.rep.KendallTau}, {"kendall_tau_ci_low", side.rep.KendallTauCILow},
+					{"kendall_tau_ci_high", side.rep.KendallTauCIHigh}, {"pearson", side.rep.Pearson}, {"sim_real_avg_l", side.rep.SimRealAvgL},
+				} {
+					o.ObserveFloat64(gate, v.value, metric.WithAttributes(attribute.String("stat", v.stat), attribute.String("side", side.name)))
+				}
 			}
 			o.ObserveFloat64(loss, last.Loss)
 		}

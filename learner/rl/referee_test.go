@@ -82,7 +82,7 @@ func TestRefereeReportPass(t *testing.T) {
 		{"Pearson too low", with(func(r *RefereeReport) { r.Pearson = 0.59 }), nil, false, "Pearson 0.590"},
 		{"simulated players quit early", with(func(r *RefereeReport) { r.SimRealAvgL = 0.74 }), nil, false, "sim/real Avg.L 0.740"},
 		{"simulated players stay long", with(func(r *RefereeReport) { r.SimRealAvgL = 1.11 }), nil, false, "outside"},
-		{"no ranked group", with(func(r *RefereeReport) { r.RankedGroups = 0 }), nil, false, "no group"},
+		{"no ranked group", with(func(r *RefereeReport) { r.RankedGroups, r.KendallTau, r.KendallTauCILow = 0, 0, 0 }), nil, false, "τ 0.000 < 0.30"},
 		{"better than the current", good, &RefereeReport{KendallTau: 0.31, Pearson: 0.6, SimRealAvgL: 0.95}, true, ""},
 		{"within tolerance of the current", good, &RefereeReport{KendallTau: 0.365, Pearson: 0.71, SimRealAvgL: 1.01}, true, ""},
 		{"τ fell", good, &RefereeReport{KendallTau: 0.40, Pearson: 0.7, SimRealAvgL: 1.0}, false, "τ fell from 0.400 to 0.350"},
