@@ -76,16 +76,7 @@ func SaveCheckpoint(dir string, m *Model, tok *Tokenizer, man schema.Manifest) e
 }
 
 func writeCheckpointFiles(tmp string, m *Model, tok *Tokenizer, man *schema.Manifest) error {
-	c := m.cfg
-	modelType, arch := "llama", ArchLlama
-	if c.QKVBias {
-		modelType, arch = "qwen2", ArchQwen2
-	}
-	cfgJSON, err := json.MarshalIndent(checkpointConfig{
-		ModelConfig: c, ModelType: modelType, Architectures: []string{arch},
-		TieWordEmbeddings: !c.UntiedHead, TorchDType: "float32", HeadDim: c.HeadDim(),
-		NumKeyValueHeads: c.KVHeadCount(), HiddenAct: "silu",
-	}, "", "  ")
+	cfgJSON, err := marshalConfig(m.cfg)
 	if err != nil {
 		return err
 	}
@@ -125,6 +116,21 @@ func writeCheckpointFiles(tmp string, m *Model, tok *Tokenizer, man *schema.Mani
 		return err
 	}
 	return atomicfile.Write(filepath.Join(tmp, ManifestFile), append(manJSON, '\n'), 0o644)
+}
+
+// marshalConfig renders c as a Hugging Face config.json of float32 weights
+// (Qwen2 when it has q/k/v biases, else Llama), which ParseHFConfig reads
+// back as c.
+func marshalConfig(c ModelConfig) ([]byte, error) {
+	modelType, arch := "llama", ArchLlama
+	if c.QKVBias {
+		modelType, arch = "qwen2", ArchQwen2
+	}
+	return json.MarshalIndent(checkpointConfig{
+		ModelConfig: c, ModelType: modelType, Architectures: []string{arch},
+		TieWordEmbeddings: !c.UntiedHead, TorchDType: "float32", HeadDim: c.HeadDim(),
+		NumKeyValueHeads: c.KVHeadCount(), HiddenAct: "silu",
+	}, "", "  ")
 }
 
 // LoadCheckpoint reads a version written by SaveCheckpoint. It verifies the
