@@ -100,9 +100,19 @@ type Row struct {
 	Dist2 float64 `json:"dist2"`
 	AvgL  float64 `json:"avg_l"`
 	AvgR  float64 `json:"avg_r"`
+	// ExpL is the expected length on the held-out players from the
+	// hazards (rl.ExpectedLength), beside the sampled AvgL.
+	ExpL float64 `json:"exp_l"`
 	// The same held-out openings with the user agent (α = 1).
 	UAAvgL float64 `json:"ua_avg_l"`
 	UAAvgR float64 `json:"ua_avg_r"`
+	UAExpL float64 `json:"ua_exp_l"`
+	// TrainOn is the RL environment of the row (empty for SFT only).
+	TrainOn string `json:"train_on,omitempty"`
+	// HeldOut are the dialogues with the held-out players, in the order of
+	// the evaluation's openings (the same for every row): the acceptance
+	// pairs rows on them.
+	HeldOut []rl.Outcome `json:"held_out,omitempty"`
 	// Cost (Table 6): seconds per RL step, peak Go heap in use during the
 	// run, nodes per tree measured; S and S+W·L of the paper's formula and
 	// the exact count without terminations.
@@ -147,6 +157,11 @@ type Results struct {
 	// SFTSeconds is the bootstrap's time (corpus, tokenizer, both SFTs).
 	SFTSeconds float64 `json:"sft_seconds"`
 	Seconds    float64 `json:"seconds"`
+	// Referee is the referee gate measured before any RL.
+	Referee *RefereeGate `json:"referee,omitempty"`
+	// Acceptance is issue 15's verdict, recomputed from the rows after
+	// every row (Accept).
+	Acceptance *Acceptance `json:"acceptance,omitempty"`
 }
 
 // env holds what every variant shares: the corpus, the tokenizer, the SFT
@@ -195,6 +210,9 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) (*Results, error)
 	defer stopUA()
 	e.onPlayers = cfg.TrainOn == TrainOnPlayers
 	variants := Variants(prof)
+	if e.onPlayers { // every variant trains on the players: no oracle to add
+		variants = slices.DeleteFunc(variants, func(v Variant) bool { return v.TrainOn == TrainOnPlayers })
+	}
 	if len(cfg.Only) > 0 {
 		variants = slices.DeleteFunc(variants, func(v Variant) bool { return !slices.Contains(cfg.Only, v.Name) })
 	}
@@ -202,7 +220,13 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) (*Results, error)
 	if err != nil {
 		return nil, err
 	}
-	res := &Results{Profile: prof, Seeds: cfg.Seeds, TrainOn: cmp.Or(cfg.TrainOn, TrainOnUserAgent), Variants: variants, Bootstrap: *boot, Probes: probes, SFTSeconds: time.Since(start).Seconds()}
+	gate, err := e.refereeGate(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res := &Results{Profile: prof, Seeds: cfg.Seeds, TrainOn: cmp.Or(cfg.TrainOn, TrainOnUserAgent), Variants: variants, Bootstrap: *boot, Probes: probes,
+		Referee: gate, SFTSeconds: time.Since(start).Seconds()}
+	res.Acceptance = Accept(res)
 	done := previousRows(cfg.OutDir, prof, res.TrainOn)
 	rows := progress.New(cfg.Progress, "experiment", "row", cfg.Seeds*len(res.Variants))
 	// Seed by seed, so that an interrupted run already holds every variant.
@@ -220,6 +244,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) (*Results, error)
 			}
 			res.Rows = append(res.Rows, row)
 			res.Seconds = time.Since(start).Seconds()
+			res.Acceptance = Accept(res)
 			if err := WriteReport(cfg.OutDir, res); err != nil {
 				return nil, err
 			}
@@ -230,6 +255,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) (*Results, error)
 	}
 	rows.Finish()
 	res.Seconds = time.Since(start).Seconds()
+	res.Acceptance = Accept(res)
 	if err := WriteReport(cfg.OutDir, res); err != nil {
 		return nil, err
 	}
@@ -267,6 +293,38 @@ func (e *env) probe(ctx context.Context) ([]Probe, error) {
 		out = append(out, pr)
 	}
 	return out, nil
+}
+
+// refereeGate measures the user agent against the held-out players with
+// the SFT policy before any RL (rl.SampleReferee, then Judge).
+func (e *env) refereeGate(ctx context.Context) (*RefereeGate, error) {
+	model, _, _, err := inference.LoadCheckpoint(e.npcDir, inference.DefaultBackendConfig())
+	if err != nil {
+		return nil, fmt.Errorf("referee gate: %w", err)
+	}
+	eng, stop, err := startEngine(model, e.tok, e.logger)
+	if err != nil {
+		return nil, fmt.Errorf("referee gate: %w", err)
+	}
+	defer stop()
+	pc := e.prof.Policy
+	pc.Seed = e.prof.Referee.Seed*31337 + 11
+	pol, err := rl.NewModelPolicy(eng, e.tok, model.Config().MaxSeq, pc)
+	if err != nil {
+		return nil, fmt.Errorf("referee gate: %w", err)
+	}
+	sample, err := rl.SampleReferee(ctx, e.prof.Referee, pol, e.players, e.eval)
+	if err != nil {
+		return nil, fmt.Errorf("referee gate: %w", err)
+	}
+	rep, err := sample.Judge(ctx, pol, rl.NewUserAgentEnv(e.ua, e.prof.Referee.Seed*7727+3))
+	if err != nil {
+		return nil, fmt.Errorf("referee gate: %w", err)
+	}
+	ok, why := rep.Pass(nil, rl.DefaultRefereeThresholds())
+	e.logger.Info("referee gate", "kendall_tau", rep.KendallTau, "kendall_tau_ci_low", rep.KendallTauCILow,
+		"pearson", rep.Pearson, "sim_real_avg_l", rep.SimRealAvgL, "pass", ok)
+	return &RefereeGate{RefereeReport: rep, Pass: ok, Reason: why}, nil
 }
 
 type rowKey struct {
@@ -489,8 +547,12 @@ func (e *env) run(ctx context.Context, v Variant, seed int) (Row, error) {
 		return rl.Evaluate(ctx, ep, env, prompts, e.prof.EvalDepth, 0)
 	}
 	var trainEnv rl.Environment = uaEnv
-	if e.onPlayers {
-		trainEnv = e.players
+	row.TrainOn = TrainOnUserAgent
+	if e.onPlayers || v.TrainOn == TrainOnPlayers {
+		trainEnv, row.TrainOn = e.players, TrainOnPlayers
+	}
+	if v.Config == nil {
+		row.TrainOn = ""
 	}
 	curvePoint := func(step int) error {
 		r, err := evalWith(trainEnv, e.curve)
@@ -538,13 +600,13 @@ func (e *env) run(ctx context.Context, v Variant, seed int) (Row, error) {
 	if err != nil {
 		return row, err
 	}
-	row.AvgL, row.AvgR = gt.AvgL, gt.AvgR
+	row.AvgL, row.AvgR, row.ExpL, row.HeldOut = gt.AvgL, gt.AvgR, gt.ExpL, gt.Outcomes
 	row.Dist1, row.Dist2 = learner.Distinct(gt.NPCTurns, 1), learner.Distinct(gt.NPCTurns, 2)
 	uaRes, err := evalWith(uaEnv, e.eval)
 	if err != nil {
 		return row, err
 	}
-	row.UAAvgL, row.UAAvgR = uaRes.AvgL, uaRes.AvgR
+	row.UAAvgL, row.UAAvgR, row.UAExpL = uaRes.AvgL, uaRes.AvgR, uaRes.ExpL
 	row.PPL, err = perplexity(up, e.refs)
 	return row, err
 }

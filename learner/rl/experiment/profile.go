@@ -54,6 +54,16 @@ type Profile struct {
 	CurveEvery   int `json:"curve_every"`
 	// Ablations adds Table 5's four AT-GRPO ablations.
 	Ablations bool `json:"ablations"`
+	// Methods are the RL methods of the main table; empty means all four.
+	Methods []rl.Algorithm `json:"methods,omitempty"`
+	// Referee sizes the referee gate measured before any RL: sibling
+	// groups of the SFT policy's turns on held-out openings, judged by the
+	// user agent against the players' hidden hazard.
+	Referee rl.RefereeConfig `json:"referee"`
+	// Fidelity adds AT-GRPO trained on the ground-truth players (an oracle
+	// user agent) to a run against the user agent, for the acceptance's
+	// fidelity: the user agent's gain against the players'.
+	Fidelity bool `json:"fidelity,omitempty"`
 }
 
 // Validate reports the first bad field.
@@ -67,11 +77,19 @@ func (p Profile) Validate() error {
 			p.Name, p.SFTSteps, p.UserAgentSFTSteps, p.SFTBatch, p.SFTLR, p.DecisionWeight)
 	case p.EvalPrompts < 1 || p.EvalDepth < 1 || p.CurvePrompts < 1 || p.CurveEvery < 1 || p.UserAgentTokens < 1 || p.UserAgentMaxSeq <= p.UserAgentTokens:
 		return fmt.Errorf("profile %q: evaluation sizes must be positive", p.Name)
+	case p.EvalDepth != p.RL.Tree.Depth:
+		return fmt.Errorf("profile %q: RL trains at L=%d and evaluates at L=%d: want the same L", p.Name, p.RL.Tree.Depth, p.EvalDepth)
+	case float32(p.RL.Update.Temperature) != p.Policy.Sampling.Temperature:
+		return fmt.Errorf("profile %q: the update scores at T=%g, the policy samples at T=%g: want the same temperature",
+			p.Name, p.RL.Update.Temperature, p.Policy.Sampling.Temperature)
 	}
 	if err := p.Model.Validate(); err != nil {
 		return fmt.Errorf("profile %q: %w", p.Name, err)
 	}
 	if err := p.RL.Validate(); err != nil {
+		return fmt.Errorf("profile %q: %w", p.Name, err)
+	}
+	if err := p.Referee.Validate(); err != nil {
 		return fmt.Errorf("profile %q: %w", p.Name, err)
 	}
 	return p.Policy.Validate()
@@ -91,15 +109,25 @@ func PaperProfile() Profile {
 		SFTSteps: 2000, UserAgentSFTSteps: 2000, SFTBatch: 16, SFTLR: 2e-5 * 50, DecisionWeight: 1,
 		RL: rl.DefaultConfig(), Policy: pc, UserAgentTokens: 32, UserAgentMaxSeq: 1024,
 		EvalPrompts: 200, EvalDepth: 10, CurvePrompts: 32, CurveEvery: 10, Ablations: true,
+		Referee: referee(rl.DefaultRefereeConfig(), 10),
 	}
 }
 
-// SmallProfile fits the whole experiment (SFT, four algorithms, four
-// ablations, three seeds) within 90 minutes on 2 quiet CPU cores (73
-// measured, docs/experiments/small-useragent-3seeds): a
-// ~115k-parameter model, trees of W=4, w=2, γ=2 over L=4 exchanges, 4 trees
-// per step, 10 steps. The RL learning rate is raised to 2e-4: 1e-5 does not move
-// a model this small in 12 steps. The user agent, trained from scratch
+// referee is the referee gate's configuration with its dialogues played to
+// depth, the evaluation's L.
+func referee(c rl.RefereeConfig, depth int) rl.RefereeConfig {
+	c.Depth = depth
+	return c
+}
+
+// SmallProfile is the whole experiment (SFT, four algorithms, four
+// ablations, three seeds) at the size that took 73 minutes on 2 quiet CPU
+// cores (docs/experiments/small-useragent-3seeds, then with L=4 for RL
+// and NPC turns of 24 tokens): a ~115k-parameter model, trees of W=4, w=2,
+// γ=2 over L=6 exchanges (the evaluation's L), 4 trees per step, 10 steps,
+// NPC turns of up to 48 tokens (room for the closing question). The RL
+// learning rate is raised to 2e-4: 1e-5 does not move a model this small in
+// 12 steps. The user agent, trained from scratch
 // rather than from a pre-trained LLM, gets 240 players' dialogues, 600
 // steps and its decision token weighted 20: with 60 players, 300 steps and
 // weight 1 its termination probability hardly moved with the NPC's
@@ -114,13 +142,33 @@ func SmallProfile() Profile {
 	p.Model.Dim, p.Model.Layers, p.Model.Heads, p.Model.FFNDim, p.Model.MaxSeq = 64, 2, 4, 128, 192
 	p.SFTSteps, p.UserAgentSFTSteps, p.SFTBatch, p.SFTLR = 300, 600, 16, 3e-3
 	p.DecisionWeight = 20
-	p.RL.Tree.W, p.RL.Tree.Width, p.RL.Tree.Depth = 4, 2, 4
+	p.RL.Tree.W, p.RL.Tree.Width, p.RL.Tree.Depth = 4, 2, 6
 	p.RL.Batch, p.RL.Workers, p.RL.Steps = 4, 4, 10
 	p.RL.Update.Train.LearningRate = 2e-4
 	p.RL.Update.MiniBatch = 32
-	p.Policy.Sampling.MaxTokens = 24
+	p.Policy.Sampling.MaxTokens = 48
 	p.UserAgentTokens, p.UserAgentMaxSeq = 16, 320
 	p.EvalPrompts, p.EvalDepth, p.CurvePrompts, p.CurveEvery = 48, 6, 8, 2
+	p.Referee = referee(rl.DefaultRefereeConfig(), 6)
+	return p
+}
+
+// MediumProfile is the RL budget issue 15 asks for on the small profile's
+// agents: trees of W=8, w=2 over L=6 exchanges, 8 trees per step, 32
+// steps, evaluated at the same L on 400 held-out openings shared by every
+// arm (paired), with GRPO, GSPO and AT-GRPO (TreeRPO's full tree would
+// grow W+W²+W³+W⁴ = 4,680 nodes per tree) and AT-GRPO trained on the
+// players for the fidelity comparison. It runs for hours on 2 cores.
+func MediumProfile() Profile {
+	p := SmallProfile()
+	p.Name = "medium"
+	p.RL.Tree.W, p.RL.Tree.Width, p.RL.Tree.Depth = 8, 2, 6
+	p.RL.Batch, p.RL.Workers, p.RL.Steps = 8, 8, 32
+	p.RL.Update.MiniBatch = 64
+	p.EvalPrompts, p.EvalDepth, p.CurvePrompts, p.CurveEvery = 400, 6, 32, 8
+	p.Ablations = false
+	p.Methods = []rl.Algorithm{rl.GRPO, rl.GSPO, rl.ATGRPO}
+	p.Fidelity = true
 	return p
 }
 
@@ -139,17 +187,21 @@ func TinyProfile() Profile {
 	p.UserAgentTokens, p.UserAgentMaxSeq = 8, 256
 	p.EvalPrompts, p.EvalDepth, p.CurvePrompts, p.CurveEvery = 6, 3, 3, 1
 	p.Ablations = true
+	p.Fidelity = true
+	p.Referee = rl.RefereeConfig{Groups: 8, Siblings: 3, MaxContext: 1, Dialogues: 6, Depth: 3, Resamples: 100, Parallel: 2, Seed: 1}
 	return p
 }
 
 // Profiles lists the profile names.
-func Profiles() []string { return []string{"paper", "small", "tiny"} }
+func Profiles() []string { return []string{"paper", "medium", "small", "tiny"} }
 
 // ProfileByName returns a named profile.
 func ProfileByName(name string) (Profile, error) {
 	switch name {
 	case "paper":
 		return PaperProfile(), nil
+	case "medium":
+		return MediumProfile(), nil
 	case "small":
 		return SmallProfile(), nil
 	case "tiny":
@@ -166,10 +218,23 @@ type Variant struct {
 	Table string `json:"table"`
 	// Config is nil for the SFT-only row.
 	Config *rl.Config `json:"config,omitempty"`
+	// TrainOn, when set, overrides the run's RL environment for this
+	// variant (the fidelity oracle trains on the players).
+	TrainOn string `json:"train_on,omitempty"`
 }
 
-// Variants lists the rows of Tables 3 and 5 for p: SFT-only, the three
-// baselines and AT-GRPO, then AT-GRPO's ablations.
+// Variant names the acceptance reads.
+const (
+	VariantSFT    = "SFT only"
+	VariantGRPO   = "GRPO"
+	VariantATGRPO = "AT-GRPO"
+	// VariantOracle is AT-GRPO trained on the ground-truth players.
+	VariantOracle = "AT-GRPO on players"
+)
+
+// Variants lists the rows of Tables 3 and 5 for p: SFT-only, the
+// profile's baselines and AT-GRPO, then AT-GRPO's ablations and, with
+// Fidelity, AT-GRPO trained on the players.
 func Variants(p Profile) []Variant {
 	cfg := func(edit func(*rl.Config)) *rl.Config {
 		c := p.RL.WithAlgorithm(rl.ATGRPO)
@@ -180,27 +245,32 @@ func Variants(p Profile) []Variant {
 		c := p.RL.WithAlgorithm(a)
 		return &c
 	}
-	runs := []Variant{
-		{Name: "SFT only", Table: "main"},
-		{Name: "GRPO", Table: "main", Config: alg(rl.GRPO)},
-		{Name: "GSPO", Table: "main", Config: alg(rl.GSPO)},
-		{Name: "TreeRPO (L=4)", Table: "main", Config: alg(rl.TreeRPO)},
-		{Name: "AT-GRPO", Table: "main", Config: alg(rl.ATGRPO)},
+	runs := []Variant{{Name: VariantSFT, Table: "main"}}
+	for _, v := range []struct {
+		name string
+		a    rl.Algorithm
+	}{{VariantGRPO, rl.GRPO}, {"GSPO", rl.GSPO}, {"TreeRPO (L=4)", rl.TreeRPO}, {VariantATGRPO, rl.ATGRPO}} {
+		if len(p.Methods) == 0 || slices.Contains(p.Methods, v.a) {
+			runs = append(runs, Variant{Name: v.name, Table: "main", Config: alg(v.a)})
+		}
 	}
-	if !p.Ablations {
-		return runs
+	if p.Ablations {
+		mean := 0
+		for i := 1; i <= p.RL.Tree.Depth; i++ {
+			mean += p.RL.Tree.Range(i)
+		}
+		fixed := (2*mean + p.RL.Tree.Depth) / (2 * p.RL.Tree.Depth) // rounded mean adaptive range
+		runs = append(runs,
+			Variant{Name: "w/o style demos", Table: "ablation", Config: cfg(func(c *rl.Config) { c.StyleDemos = false })},
+			Variant{Name: "w/o dynamic threshold", Table: "ablation", Config: cfg(func(c *rl.Config) { c.DynamicThreshold = false })},
+			Variant{Name: fmt.Sprintf("fixed range l=%d", fixed), Table: "ablation", Config: cfg(func(c *rl.Config) { c.Tree.FixedRange = fixed })},
+			Variant{Name: "w/o tree aggregation", Table: "ablation", Config: cfg(func(c *rl.Config) { c.Tree.Aggregate = false })},
+		)
 	}
-	mean := 0
-	for i := 1; i <= p.RL.Tree.Depth; i++ {
-		mean += p.RL.Tree.Range(i)
+	if p.Fidelity {
+		runs = append(runs, Variant{Name: VariantOracle, Table: "fidelity", Config: alg(rl.ATGRPO), TrainOn: TrainOnPlayers})
 	}
-	fixed := (2*mean + p.RL.Tree.Depth) / (2 * p.RL.Tree.Depth) // rounded mean adaptive range
-	return append(runs,
-		Variant{Name: "w/o style demos", Table: "ablation", Config: cfg(func(c *rl.Config) { c.StyleDemos = false })},
-		Variant{Name: "w/o dynamic threshold", Table: "ablation", Config: cfg(func(c *rl.Config) { c.DynamicThreshold = false })},
-		Variant{Name: fmt.Sprintf("fixed range l=%d", fixed), Table: "ablation", Config: cfg(func(c *rl.Config) { c.Tree.FixedRange = fixed })},
-		Variant{Name: "w/o tree aggregation", Table: "ablation", Config: cfg(func(c *rl.Config) { c.Tree.Aggregate = false })},
-	)
+	return runs
 }
 
 // mainNames are Table 3's rows in order; ablation rows follow AT-GRPO.

@@ -70,7 +70,7 @@ func writeCSV(path string, res *Results) error {
 	defer f.Close()
 	w := csv.NewWriter(f)
 	head := []string{"variant", "table", "seed", "ppl", "dist1", "dist2", "avg_l", "avg_r", "ua_avg_l", "ua_avg_r",
-		"sec_per_step", "peak_heap_mb", "nodes_per_tree", "budget_s", "group_nodes", "exact_nodes"}
+		"sec_per_step", "peak_heap_mb", "nodes_per_tree", "budget_s", "group_nodes", "exact_nodes", "exp_l", "ua_exp_l", "train_on"}
 	if err := w.Write(head); err != nil {
 		return fmt.Errorf("write csv: %w", err)
 	}
@@ -78,7 +78,7 @@ func writeCSV(path string, res *Results) error {
 	for _, r := range res.Rows {
 		rec := []string{r.Variant, r.Table, strconv.Itoa(r.Seed), g(r.PPL), g(r.Dist1), g(r.Dist2), g(r.AvgL), g(r.AvgR),
 			g(r.UAAvgL), g(r.UAAvgR), g(r.SecPerStep), g(r.PeakHeapMB), g(r.NodesPerTree),
-			strconv.Itoa(r.BudgetS), strconv.Itoa(r.GroupNodes), strconv.Itoa(r.ExactNodes)}
+			strconv.Itoa(r.BudgetS), strconv.Itoa(r.GroupNodes), strconv.Itoa(r.ExactNodes), g(r.ExpL), g(r.UAExpL), r.TrainOn}
 		if err := w.Write(rec); err != nil {
 			return fmt.Errorf("write csv: %w", err)
 		}
@@ -128,8 +128,8 @@ func Markdown(res *Results) string {
 		res.SFTSeconds, res.Seconds)
 	fmt.Fprintf(&b, "RL environment: %s.\n\n", cmp.Or(res.TrainOn, TrainOnUserAgent))
 	b.WriteString("Avg.L and Avg.r are measured on held-out ground-truth players (the referee) and, in the\n" +
-		"UA columns, on the learned user agent with α = 1, over the same held-out openings, L = " +
-		strconv.Itoa(p.EvalDepth) + ". PPL is on the held-out players' reference NPC turns.\n\n")
+		"UA columns, on the learned user agent with α = 1, over the same " + strconv.Itoa(p.EvalPrompts) + " held-out openings, L = " +
+		strconv.Itoa(p.EvalDepth) + "; Exp.L is the expected length from the hazards (survival product). PPL is on the held-out players' reference NPC turns.\n\n")
 	bs := res.Bootstrap
 	fmt.Fprintf(&b, "SFT start on held-out players (learner.TrainSFT): dialogue agent PPL %.2f, Dist-1 %.3f, Dist-2 %.3f "+
 		"(final loss %.3f); user agent PPL %.2f, ρ %.3f (defined: %v), termination log-loss %.4f, simulated/real Avg.L %.2f/%.2f "+
@@ -155,8 +155,10 @@ func Markdown(res *Results) string {
 		{"Dist-2", 3, func(r Row) float64 { return r.Dist2 }},
 		{"Avg.r", 3, func(r Row) float64 { return r.AvgR }},
 		{"Avg.L", 2, func(r Row) float64 { return r.AvgL }},
+		{"Exp.L", 2, func(r Row) float64 { return r.ExpL }},
 		{"UA Avg.r", 3, func(r Row) float64 { return r.UAAvgR }},
 		{"UA Avg.L", 2, func(r Row) float64 { return r.UAAvgL }},
+		{"UA Exp.L", 2, func(r Row) float64 { return r.UAExpL }},
 	}
 	table := func(title string, rows []string) {
 		fmt.Fprintf(&b, "## %s\n\n| method |", title)
@@ -181,6 +183,10 @@ func Markdown(res *Results) string {
 	if rows := tableRows(res.Variants, "ablation"); len(rows) > 1 {
 		table("Table 5 analogue: ablations of AT-GRPO", rows)
 	}
+	if rows := tableRows(res.Variants, "fidelity"); len(rows) > 0 {
+		table("Fidelity: AT-GRPO trained on the ground-truth players", rows)
+	}
+	writeAcceptance(&b, res.Acceptance)
 	b.WriteString("## Table 6 analogue: cost\n\n")
 	b.WriteString("| method | s/step | × GRPO | peak Go heap (MiB) | nodes/tree measured | S + W·L (paper's bound) | exact, no terminations |\n")
 	b.WriteString("| --- | --- | --- | --- | --- | --- | --- |\n")
