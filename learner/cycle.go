@@ -151,17 +151,27 @@ type CycleResult struct {
 	// (zero without a population).
 	Candidate  CycleEval `json:"candidate"`
 	ParentEval CycleEval `json:"parent_eval"`
-	Steps      []rl.StepStats
-	Curves     schema.Curves `json:"curves"`
-	Seconds    float64       `json:"seconds"`
+	// UADelta and GTDelta are candidate − parent on the same held-out
+	// dialogues, paired, with bootstrap intervals over players (rl.Compare);
+	// GTDelta is nil without a population.
+	UADelta *rl.Comparison `json:"ua_delta,omitempty"`
+	GTDelta *rl.Comparison `json:"gt_delta,omitempty"`
+	Steps   []rl.StepStats
+	Curves  schema.Curves `json:"curves"`
+	Seconds float64       `json:"seconds"`
 }
 
-// CycleEval is Avg.L and Avg.r of one policy with both environments.
+// CycleEval is Avg.L, Avg.r and the expected length from the hazards
+// (rl.ExpectedLength) of one policy with both environments.
 type CycleEval struct {
 	UAAvgL float64 `json:"ua_avg_l"`
 	UAAvgR float64 `json:"ua_avg_r"`
+	UAExpL float64 `json:"ua_exp_l"`
 	GTAvgL float64 `json:"gt_avg_l"`
 	GTAvgR float64 `json:"gt_avg_r"`
+	GTExpL float64 `json:"gt_exp_l"`
+	// ua and gt are the dialogues, for the paired comparison.
+	ua, gt []rl.Outcome
 }
 
 // cycleState is what the cycle loop remembers across restarts
@@ -360,13 +370,13 @@ func (c *Cycle) RunOnce(ctx context.Context) (*CycleResult, error) {
 		if err != nil {
 			return e, err
 		}
-		e.UAAvgL, e.UAAvgR = r.AvgL, r.AvgR
+		e.UAAvgL, e.UAAvgR, e.UAExpL, e.ua = r.AvgL, r.AvgR, r.ExpL, r.Outcomes
 		if gtEnv != nil {
 			r, err := evaluate(gtEnv, gtPrompts)
 			if err != nil {
 				return e, err
 			}
-			e.GTAvgL, e.GTAvgR = r.AvgL, r.AvgR
+			e.GTAvgL, e.GTAvgR, e.GTExpL, e.gt = r.AvgL, r.AvgR, r.ExpL, r.Outcomes
 		}
 		return e, nil
 	}
@@ -410,6 +420,9 @@ func (c *Cycle) RunOnce(ctx context.Context) (*CycleResult, error) {
 	if res.Candidate, err = both(); err != nil {
 		return nil, fmt.Errorf("at-grpo cycle: evaluate candidate: %w", err)
 	}
+	if res.UADelta, res.GTDelta, err = compareCycle(res.Candidate, res.ParentEval, c.cfg.EvalDepth); err != nil {
+		return nil, fmt.Errorf("at-grpo cycle: %w", err)
+	}
 	res.Curves = schema.Curves{Model: c.cfg.Model, X: "step", Series: []schema.CurveSeries{avgR, avgL}}
 	res.Published = true
 	if c.cfg.Gate != nil {
@@ -443,6 +456,26 @@ func (c *Cycle) RunOnce(ctx context.Context) (*CycleResult, error) {
 		return res, fmt.Errorf("at-grpo cycle: %w", err)
 	}
 	return res, nil
+}
+
+// compareCycle pairs the candidate's dialogues with the parent's (rl.Compare):
+// with the user agent, and with the players when there are some.
+func compareCycle(cand, parent CycleEval, depth int) (ua, gt *rl.Comparison, err error) {
+	one := func(a, b []rl.Outcome) (*rl.Comparison, error) {
+		if len(a) == 0 {
+			return nil, nil
+		}
+		c, err := rl.Compare([][]rl.Outcome{a}, [][]rl.Outcome{b}, depth, rl.DefaultBootstrapConfig())
+		if err != nil {
+			return nil, fmt.Errorf("compare candidate and parent: %w", err)
+		}
+		return &c, nil
+	}
+	if ua, err = one(cand.ua, parent.ua); err != nil {
+		return nil, nil, err
+	}
+	gt, err = one(cand.gt, parent.gt)
+	return ua, gt, err
 }
 
 // serving is the version the cycle starts from.

@@ -161,6 +161,9 @@ func TestCyclePublishesCandidateWithMetricsAndCurves(t *testing.T) {
 		}
 	}
 	t.Logf("candidate %+v, parent %+v", res.Candidate, res.ParentEval)
+	if res.UADelta == nil || res.GTDelta == nil || res.GTDelta.Dialogues != cfg.EvalPrompts {
+		t.Errorf("paired deltas: user agent %+v, players %+v; want both, the players' over %d dialogues", res.UADelta, res.GTDelta, cfg.EvalPrompts)
+	}
 
 	// A gate that refuses every candidate: the next cycle publishes nothing.
 	cfg.Gate = func(cand, parent CycleEval) (bool, string) { return false, "refused by the test" }
