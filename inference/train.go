@@ -118,10 +118,11 @@ func NewTrainer(m *Model, cfg TrainConfig) (*Trainer, error) {
 		v := m.ctx.GetVariableByScopeAndName(scope, vname)
 		for _, mom := range []string{"m", "v"} {
 			octx := m.ctx.InAbsPath("/adamw" + scope)
-			if octx.GetVariableByScopeAndName(octx.Scope(), mom) != nil {
+			mname := momentName(mom, vname)
+			if octx.GetVariableByScopeAndName(octx.Scope(), mname) != nil {
 				continue
 			}
-			octx.VariableWithValue(mom, tensors.FromShape(v.Shape())).SetTrainable(false)
+			octx.VariableWithValue(mname, tensors.FromShape(v.Shape())).SetTrainable(false)
 		}
 	}
 	sctx := m.ctx.InAbsPath("/adamw")
@@ -129,6 +130,16 @@ func NewTrainer(m *Model, cfg TrainConfig) (*Trainer, error) {
 		sctx.VariableWithValue("step", float32(0)).SetTrainable(false)
 	}
 	return &Trainer{m: m, cfg: cfg, execs: map[string]*context.Exec{}}, nil
+}
+
+// momentName is the name of AdamW moment mom ("m" or "v") of the variable
+// vname, kept under "/adamw" plus the variable's scope: mom itself for a
+// weight, suffixed for a bias, which shares its weight's scope.
+func momentName(mom, vname string) string {
+	if vname == "weight" {
+		return mom
+	}
+	return mom + "_" + vname
 }
 
 // Steps is the number of steps taken so far.
@@ -218,8 +229,8 @@ func (t *Trainer) buildStep(ctx *context.Context, lr, loss *graph.Node) []*graph
 	bc2 := graph.OneMinus(graph.Exp(graph.MulScalar(step, math.Log(c.Beta2))))
 	for i, v := range vars {
 		gr := graph.Mul(grads[i], scale)
-		mv := ctx.GetVariableByScopeAndName("/adamw"+v.Scope(), "m")
-		vv := ctx.GetVariableByScopeAndName("/adamw"+v.Scope(), "v")
+		mv := ctx.GetVariableByScopeAndName("/adamw"+v.Scope(), momentName("m", v.Name()))
+		vv := ctx.GetVariableByScopeAndName("/adamw"+v.Scope(), momentName("v", v.Name()))
 		m1 := graph.Add(graph.MulScalar(mv.ValueGraph(g), c.Beta1), graph.MulScalar(gr, 1-c.Beta1))
 		v1 := graph.Add(graph.MulScalar(vv.ValueGraph(g), c.Beta2), graph.MulScalar(graph.Square(gr), 1-c.Beta2))
 		mv.SetValueGraph(m1)
