@@ -18,9 +18,11 @@ same user agent, plus the ablations, and evaluate each on held-out ground-truth 
 the user agent. Writes DIR/results.md, DIR/results.csv and PNG charts: the analogues of the
 paper's Table 3 (PPL, Dist-1, Dist-2, Avg.r, Avg.L, mean ± std over seeds), Table 5
 (ablations), Table 6 (seconds per RL step, peak memory, nodes per tree beside the formula S)
-and Figure 5 (Avg.r and Avg.L over steps). Finished variants are kept in DIR, so an
-interrupted run resumes. Profiles: tiny (minutes), small (about an hour on 2 cores),
-paper (the paper's sizes).`,
+and Figure 5 (Avg.r and Avg.L over steps), and results.json's acceptance object (the referee
+gate before any RL, each method against SFT paired on the held-out players with bootstrap
+CIs). Finished variants are kept in DIR, so an interrupted run resumes. Profiles: tiny
+(minutes), small (about an hour and a half on 2 cores), medium (issue 15's RL budget: W 8,
+L 6, 8 trees per step, 32 steps, 400 held-out openings; hours), paper (the paper's sizes).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := cfg.Validate(); err != nil {
@@ -40,7 +42,7 @@ paper (the paper's sizes).`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.Profile, "profile", cfg.Profile, "tiny, small or paper")
+	f.StringVar(&cfg.Profile, "profile", cfg.Profile, "tiny, small, medium or paper")
 	f.IntVar(&cfg.Seeds, "seeds", cfg.Seeds, "RL seeds per variant")
 	f.StringVar(&cfg.OutDir, "out", cfg.OutDir, "output directory")
 	f.StringSliceVar(&cfg.Only, "only", cfg.Only, "run only these variants (by name)")
