@@ -57,6 +57,11 @@ type Tokenizer struct {
 	// ignoreMerges takes a word that is itself in the vocab as one token
 	// before applying merges (Hugging Face's BPE ignore_merges).
 	ignoreMerges bool
+	// split is the pre-tokenizer (GPT-2's unless tokenizer.json says
+	// otherwise); normalize, if set, is applied to text between added tokens
+	// before it.
+	split     tokSplitter
+	normalize func(string) string
 
 	added      []tokAdded     // added tokens, longest content first, for matching
 	addedID    map[string]int // content -> id
@@ -174,8 +179,11 @@ func (t *Tokenizer) appendOrdinary(ids []int, text string) []int {
 	if text == "" {
 		return ids
 	}
+	if t.normalize != nil {
+		text = t.normalize(text)
+	}
 	var buf [64]string
-	for _, w := range tokPreSplit(buf[:0], text) {
+	for _, w := range t.split(buf[:0], text) {
 		ids = t.appendWord(ids, w)
 	}
 	return ids
@@ -304,6 +312,7 @@ func newTokenizer(tokens []string, added []tokAdded, merges [][2]int, ignoreMerg
 		vocab:        make(map[string]int, len(tokens)),
 		merges:       make(map[uint64]bpeMerge, len(merges)),
 		ignoreMerges: ignoreMerges,
+		split:        tokPreSplit,
 		addedID:      make(map[string]int, len(added)),
 		cache:        make(map[string][]int),
 	}

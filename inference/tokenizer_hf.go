@@ -12,10 +12,11 @@ import (
 )
 
 // Hugging Face tokenizer.json, as the tokenizers library writes it for a
-// byte-level BPE model such as GPT-2's. Only the parts this package
-// implements are read; a file that needs anything else (a normalizer, a
-// prefix space, another model type) is refused with ErrTokenizerFormat rather
-// than encoded differently from Hugging Face.
+// byte-level BPE model: GPT-2's, and those of Llama 3, Qwen 2 and SmolLM2
+// (their pre-tokenizers are in tokenizer_hf_pretok.go). Only the parts this
+// package implements are read; a file that needs anything else (another
+// normalizer, a prefix space, another model type) is refused with
+// ErrTokenizerFormat rather than encoded differently from Hugging Face.
 
 type hfTokenizerFile struct {
 	Version       string          `json:"version"`
@@ -23,7 +24,7 @@ type hfTokenizerFile struct {
 	Padding       json.RawMessage `json:"padding"`
 	AddedTokens   []hfAddedToken  `json:"added_tokens"`
 	Normalizer    json.RawMessage `json:"normalizer"`
-	PreTokenizer  *hfByteLevel    `json:"pre_tokenizer"`
+	PreTokenizer  *hfPreTokenizer `json:"pre_tokenizer"`
 	PostProcessor json.RawMessage `json:"post_processor"`
 	Decoder       *hfByteLevel    `json:"decoder"`
 	Model         hfBPEModel      `json:"model"`
@@ -39,8 +40,8 @@ type hfAddedToken struct {
 	Special    bool   `json:"special"`
 }
 
-// hfByteLevel is the ByteLevel pre-tokenizer or decoder. UseRegex is a
-// pointer because Hugging Face defaults it to true when absent.
+// hfByteLevel is the ByteLevel decoder. UseRegex is a pointer because
+// Hugging Face defaults it to true when absent.
 type hfByteLevel struct {
 	Type           string `json:"type"`
 	AddPrefixSpace bool   `json:"add_prefix_space"`
@@ -196,7 +197,7 @@ func (t *Tokenizer) marshalHF() ([]byte, error) {
 		Padding:       json.RawMessage("null"),
 		AddedTokens:   added,
 		Normalizer:    json.RawMessage("null"),
-		PreTokenizer:  &hfByteLevel{Type: "ByteLevel", AddPrefixSpace: false, TrimOffsets: true, UseRegex: &yes},
+		PreTokenizer:  &hfPreTokenizer{Type: "ByteLevel", AddPrefixSpace: false, TrimOffsets: true, UseRegex: &yes},
 		PostProcessor: json.RawMessage("null"),
 		Decoder:       &hfByteLevel{Type: "ByteLevel", AddPrefixSpace: true, TrimOffsets: true, UseRegex: &yes},
 		Model: hfBPEModel{
@@ -230,8 +231,12 @@ func compactMerges(merges []hfMerge) []hfMerge {
 
 // LoadTokenizer reads a Hugging Face tokenizer.json holding a byte-level BPE
 // model: model type "BPE" without unknown token, dropout, subword prefixes or
-// byte fallback, a ByteLevel pre-tokenizer without prefix space, no
-// normalizer. Other files are refused with ErrTokenizerFormat.
+// byte fallback; a pre-tokenizer built from ByteLevel (without prefix space),
+// Split (behavior Isolated), Digits and Sequence; no normalizer or NFC; a
+// ByteLevel decoder. Other files are refused with ErrTokenizerFormat. The
+// post-processor is not read: Encode never adds a BOS or EOS token, as Hugging
+// Face's encode without special tokens, and as a chat template expects (it
+// writes its own bos_token).
 func LoadTokenizer(path string) (*Tokenizer, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -269,6 +274,9 @@ func parseHFTokenizer(data []byte) (*Tokenizer, error) {
 		if a.SingleWord || a.LStrip || a.RStrip {
 			return nil, fmt.Errorf("added token %q: single_word, lstrip and rstrip are not supported: %w", a.Content, ErrTokenizerFormat)
 		}
+		if a.Normalized && !isJSONNull(doc.Normalizer) {
+			return nil, fmt.Errorf("added token %q is matched in normalized text, which is not supported: %w", a.Content, ErrTokenizerFormat)
+		}
 		added = append(added, tokAdded{content: a.Content, id: a.ID, special: a.Special})
 	}
 	index := make(map[string]int, len(doc.Model.Vocab))
@@ -284,7 +292,23 @@ func parseHFTokenizer(data []byte) (*Tokenizer, error) {
 		}
 		merges = append(merges, [2]int{left, right})
 	}
-	return newTokenizer(tokens, added, merges, doc.Model.IgnoreMerges)
+	t, err := newTokenizer(tokens, added, merges, doc.Model.IgnoreMerges)
+	if err != nil {
+		return nil, err
+	}
+	if t.split, err = doc.PreTokenizer.splitter(); err != nil {
+		return nil, err
+	}
+	if t.normalize, err = hfNormalizerFunc(doc.Normalizer); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// LoadHFTokenizer reads the tokenizer of a Hugging Face model directory, its
+// tokenizer.json (see LoadTokenizer).
+func LoadHFTokenizer(dir string) (*Tokenizer, error) {
+	return LoadTokenizer(filepath.Join(dir, "tokenizer.json"))
 }
 
 // check refuses the features this package does not implement.
@@ -300,14 +324,8 @@ func (doc *hfTokenizerFile) check() error {
 		return fmt.Errorf("subword prefix or suffix: %w", ErrTokenizerFormat)
 	case m.ByteFallback:
 		return fmt.Errorf("byte fallback: %w", ErrTokenizerFormat)
-	case !isJSONNull(doc.Normalizer):
-		return fmt.Errorf("normalizer %s: %w", doc.Normalizer, ErrTokenizerFormat)
-	case doc.PreTokenizer == nil || doc.PreTokenizer.Type != "ByteLevel":
-		return fmt.Errorf("pre_tokenizer is not ByteLevel: %w", ErrTokenizerFormat)
-	case doc.PreTokenizer.AddPrefixSpace:
-		return fmt.Errorf("pre_tokenizer add_prefix_space: %w", ErrTokenizerFormat)
-	case doc.PreTokenizer.UseRegex != nil && !*doc.PreTokenizer.UseRegex:
-		return fmt.Errorf("pre_tokenizer without use_regex: %w", ErrTokenizerFormat)
+	case doc.PreTokenizer == nil:
+		return fmt.Errorf("no pre_tokenizer: %w", ErrTokenizerFormat)
 	case doc.Decoder == nil || doc.Decoder.Type != "ByteLevel":
 		return fmt.Errorf("decoder is not ByteLevel: %w", ErrTokenizerFormat)
 	}

@@ -240,7 +240,16 @@ func TestLoadTokenizerRefuses(t *testing.T) {
 		mutate func(doc map[string]any)
 	}{
 		{"unigram model", func(doc map[string]any) { doc["model"].(map[string]any)["type"] = "Unigram" }},
-		{"normalizer", func(doc map[string]any) { doc["normalizer"] = map[string]any{"type": "NFC"} }},
+		{"NFKC normalizer", func(doc map[string]any) { doc["normalizer"] = map[string]any{"type": "NFKC"} }},
+		{"split merged with previous", func(doc map[string]any) {
+			doc["pre_tokenizer"] = map[string]any{"type": "Split", "pattern": map[string]any{"Regex": `\s+`}, "behavior": "MergedWithPrevious", "invert": false}
+		}},
+		{"split of a bad regex", func(doc map[string]any) {
+			doc["pre_tokenizer"] = map[string]any{"type": "Split", "pattern": map[string]any{"Regex": `(?<`}, "behavior": "Isolated", "invert": false}
+		}},
+		{"whitespace in a sequence", func(doc map[string]any) {
+			doc["pre_tokenizer"] = map[string]any{"type": "Sequence", "pretokenizers": []any{map[string]any{"type": "Whitespace"}}}
+		}},
 		{"prefix space", func(doc map[string]any) {
 			doc["pre_tokenizer"].(map[string]any)["add_prefix_space"] = true
 		}},
