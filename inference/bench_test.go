@@ -7,8 +7,9 @@ import (
 )
 
 // BenchmarkDecodeStep times one KV-cache decode step of the default model
-// with 128 cached positions at several batch sizes, on each decoder:
-// go test -run '^$' -bench DecodeStep ./inference
+// at position 64 of a 128-position cache filled by a prefill of random
+// prompts (the shape of parley bench inference), at several batch sizes,
+// on each decoder: go test -run '^$' -bench DecodeStep ./inference
 func BenchmarkDecodeStep(b *testing.B) {
 	bc := DefaultBackendConfig()
 	bc.Options = os.Getenv("BENCH_GO_OPTS")
@@ -21,7 +22,17 @@ func BenchmarkDecodeStep(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/batch%d", name, rows), func(b *testing.B) {
 				dec := newDecoder(m, name)
 				defer dec.close()
-				if err := dec.resize(make([]int, rows), rows, 128); err != nil {
+				src, ids, prompts := make([]int, rows), make([]int, rows), make([][]int, rows)
+				for i := range rows {
+					src[i], ids[i], prompts[i] = -1, i, make([]int, 64)
+					for j := range prompts[i] {
+						prompts[i][j] = (7 + 31*i + 17*j) % m.Config().VocabSize
+					}
+				}
+				if err := dec.resize(src, rows, 128); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := dec.prefill(ids, prompts); err != nil {
 					b.Fatal(err)
 				}
 				toks, pos, active := make([]int32, rows), make([]int32, rows), make([]bool, rows)

@@ -66,7 +66,7 @@ type cpuLayer struct {
 // cpuScratch holds the activations of one forward pass, grown as needed.
 type cpuScratch struct {
 	x, hn, qkv, att, gu, act []float32
-	head, logits             []float32
+	head, logits, out        []float32
 }
 
 func newCPUDecoder(m *Model) *cpuDecoder {
@@ -303,6 +303,8 @@ func logSoftmaxOf(logits []float32, id int) float32 {
 	return float32(float64(logits[id]-top) - math.Log(sum))
 }
 
+// step returns the logits in a buffer of the decoder's, valid until its
+// next call: a batch-32 step no longer allocates and clears 256 KB.
 func (d *cpuDecoder) step(tokens, positions []int32, active []bool) ([]float32, error) {
 	if len(tokens) != d.rows || len(positions) != d.rows || len(active) != d.rows || d.k == nil {
 		return nil, fmt.Errorf("step %d tokens, %d positions, %d flags for %d rows", len(tokens), len(positions), len(active), d.rows)
@@ -325,7 +327,12 @@ func (d *cpuDecoder) step(tokens, positions []int32, active []bool) ([]float32, 
 		return nil, fmt.Errorf("decode step: %w", err)
 	}
 	V := d.cfg.VocabSize
-	out := make([]float32, d.rows*V)
+	out := grow(&d.s.out, d.rows*V)
+	if len(toks) == d.rows {
+		// Every row is active, in order: the logits go straight to out.
+		d.forward(toks, rows, pos, sel, out)
+		return out, nil
+	}
 	if len(toks) == 0 {
 		return out, nil
 	}
@@ -357,7 +364,8 @@ func (d *cpuDecoder) matmul(y, x []float32, m *cpuMatrix, n int, add bool) {
 		m.mulRange(y, x, n, 0, m.out, add)
 		return
 	}
-	grain := (max(m.out/8, 4) + 15) / 16 * 16
+	align := max(m.width, 16)
+	grain := (max(m.out/8, 4) + align - 1) / align * align
 	d.pool.run(m.out, grain, func(lo, hi int) {
 		m.mulRange(y, x, n, lo, hi, add)
 	})
@@ -429,8 +437,9 @@ func (d *cpuDecoder) forward(toks, rows, pos, sel []int, logits []float32) {
 		d.pool.run(n, tokGrain, func(lo, hi int) {
 			for j := lo; j < hi; j++ {
 				g, u, a := gu[j*2*F:j*2*F+F], gu[j*2*F+F:(j+1)*2*F], act[j*F:(j+1)*F]
+				expAffine(a, g, -1, 0) // e^-g
 				for i, gv := range g {
-					a[i] = gv * sigmoid(gv) * u[i]
+					a[i] = gv * u[i] / (1 + a[i])
 				}
 			}
 		})
@@ -460,31 +469,13 @@ func rotate(x, cs, sn []float32) {
 // T = len(scores) first positions of kt, the keys transposed [hd, stride],
 // and v [positions, hd]. scores must have room for T rounded up to 32.
 func attendRow(out, q, kt, v []float32, stride int, scores []float32, scale float32) {
-	hd, T := len(q), len(scores)
-	t0 := 0
-	for ; t0 < T && t0+32 <= stride; t0 += 32 {
-		axpy32(scores[t0:t0+32], q, kt[t0:], stride)
-	}
-	for t := t0; t < T; t++ {
-		var s float32
-		for i, x := range q {
-			s += x * kt[i*stride+t]
-		}
-		scores[t] = s
-	}
+	hd := len(q)
+	qkScores(scores, q, kt, stride)
 	mx := float32(math.Inf(-1))
-	for t, s := range scores {
-		s *= scale
-		scores[t] = s
+	for _, s := range scores {
 		mx = max(mx, s)
 	}
-	var sum float32
-	for t, s := range scores {
-		e := expf(s - mx)
-		scores[t] = e
-		sum += e
-	}
-	inv := 1 / sum
+	inv := 1 / expAffine(scores, scores, scale, -scale*mx)
 	for t, p := range scores {
 		scores[t] = p * inv
 	}

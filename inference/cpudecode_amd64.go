@@ -46,8 +46,14 @@ func dot4x1(w0, w1, w2, w3, x []float32) (s0, s1, s2, s3 float32) {
 //go:noescape
 func axpy32AVX(out, a, b *float32, n, stride int)
 
+// axpy32AVX512 is axpy32AVX with AVX-512 FMA (cpudecode_amd64.s).
+//
+//go:noescape
+func axpy32AVX512(out, a, b *float32, n, stride int)
+
 // axpy32 sets out[0:32] = Σ_d a[d]·b[d·stride : d·stride+32] over
-// d < len(a), with AVX2 FMA when the CPU has it.
+// d < len(a), with AVX-512 or AVX2 FMA when the CPU has it (AVX-512 only
+// while decodeWide allows the wide kernels).
 func axpy32(out, a, b []float32, stride int) {
 	n := len(a)
 	if !hasAVX2FMA || n == 0 {
@@ -56,6 +62,10 @@ func axpy32(out, a, b []float32, stride int) {
 	}
 	_ = out[31]
 	_ = b[(n-1)*stride+31]
+	if cpu.X86.HasAVX512F && decodeWide {
+		axpy32AVX512(&out[0], &a[0], &b[0], n, stride)
+		return
+	}
 	axpy32AVX(&out[0], &a[0], &b[0], n, stride)
 }
 
@@ -76,4 +86,40 @@ func gemm6x16(w, x []float32, xstride, in int, y []float32, ystride int) {
 	_ = x[5*xstride+in-1]
 	_ = y[5*ystride+15]
 	gemm6x16AVX(&w[0], &x[0], xstride, in, &y[0], ystride)
+}
+
+// gemv32AVX512: see gemv32 (cpudecode_amd64.s).
+//
+//go:noescape
+func gemv32AVX512(w, x *float32, in, panels int, y *float32)
+
+// gemv32 adds to y[p·32 : p·32+32] the products Σ_k x[k]·w[p][k][0:32]
+// for the first panels packed [in][32] panels p of w, with AVX-512 when
+// the CPU has it.
+func gemv32(w, x []float32, in, panels int, y []float32) {
+	if !cpu.X86.HasAVX512F || in == 0 || panels == 0 {
+		gemv32Go(w, x, in, panels, y)
+		return
+	}
+	_, _, _ = w[panels*in*32-1], x[in-1], y[panels*32-1]
+	gemv32AVX512(&w[0], &x[0], in, panels, &y[0])
+}
+
+// qkScoresAVX512: see qkScores (cpudecode_amd64.s).
+//
+//go:noescape
+func qkScoresAVX512(s, q, kt *float32, hd, stride, t int)
+
+// qkScores sets scores[t] = Σ_d q[d]·kt[d·stride + t] for t <
+// len(scores), kt the keys transposed [len(q), stride]: with AVX-512
+// (while decodeWide allows it) it reads exactly len(scores) keys per
+// dimension, sixteen at a time; otherwise as qkScoresGo.
+func qkScores(scores, q, kt []float32, stride int) {
+	hd, T := len(q), len(scores)
+	if !cpu.X86.HasAVX512F || !decodeWide || hd == 0 || T == 0 {
+		qkScoresGo(scores, q, kt, stride)
+		return
+	}
+	_ = kt[(hd-1)*stride+T-1]
+	qkScoresAVX512(&scores[0], &q[0], &kt[0], hd, stride, T)
 }

@@ -207,3 +207,210 @@ gloop:
 	VMOVUPS Y11, 32(R9)(DX*2)
 	VZEROUPPER
 	RET
+
+// func gemv32AVX512(w, x *float32, in, panels int, y *float32)
+//
+// y[p·32 : p·32+32] += Σ_{k<in} x[k]·w[p][k][0:32] for each of panels
+// packed [in][32] panels p of w, in ≥ 1: four values of k per iteration
+// into four pairs of 16-wide accumulators, so that FMA latency does not
+// bound the loop, then one panel after the other.
+TEXT ·gemv32AVX512(SB), NOSPLIT, $0-40
+	MOVQ w+0(FP), AX
+	MOVQ x+8(FP), SI
+	MOVQ in+16(FP), CX
+	MOVQ panels+24(FP), DX
+	MOVQ y+32(FP), DI
+
+gvpanel:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	MOVQ SI, R8
+	MOVQ CX, R9
+	SHRQ $2, R9
+	JZ   gvtail
+
+gvquad:
+	VBROADCASTSS (R8), Z8
+	VBROADCASTSS 4(R8), Z9
+	VBROADCASTSS 8(R8), Z10
+	VBROADCASTSS 12(R8), Z11
+	VFMADD231PS (AX), Z8, Z0
+	VFMADD231PS 64(AX), Z8, Z1
+	VFMADD231PS 128(AX), Z9, Z2
+	VFMADD231PS 192(AX), Z9, Z3
+	VFMADD231PS 256(AX), Z10, Z4
+	VFMADD231PS 320(AX), Z10, Z5
+	VFMADD231PS 384(AX), Z11, Z6
+	VFMADD231PS 448(AX), Z11, Z7
+	ADDQ $16, R8
+	ADDQ $512, AX
+	DECQ R9
+	JNZ  gvquad
+
+gvtail:
+	MOVQ CX, R9
+	ANDQ $3, R9
+	JZ   gvsum
+
+gvone:
+	VBROADCASTSS (R8), Z8
+	VFMADD231PS (AX), Z8, Z0
+	VFMADD231PS 64(AX), Z8, Z1
+	ADDQ $4, R8
+	ADDQ $128, AX
+	DECQ R9
+	JNZ  gvone
+
+gvsum:
+	VADDPS Z2, Z0, Z0
+	VADDPS Z3, Z1, Z1
+	VADDPS Z6, Z4, Z4
+	VADDPS Z7, Z5, Z5
+	VADDPS Z4, Z0, Z0
+	VADDPS Z5, Z1, Z1
+	VADDPS (DI), Z0, Z0
+	VADDPS 64(DI), Z1, Z1
+	VMOVUPS Z0, (DI)
+	VMOVUPS Z1, 64(DI)
+	ADDQ $128, DI
+	DECQ DX
+	JNZ  gvpanel
+	VZEROUPPER
+	RET
+
+// func axpy32AVX512(out, a, b *float32, n, stride int)
+//
+// out[0:32] = Σ_{d<n} a[d]·b[d·stride : d·stride+32], n ≥ 1: four values
+// of d per iteration into four pairs of 16-wide accumulators, then the
+// last n mod 4 one at a time.
+TEXT ·axpy32AVX512(SB), NOSPLIT, $0-40
+	MOVQ out+0(FP), DI
+	MOVQ a+8(FP), SI
+	MOVQ b+16(FP), AX
+	MOVQ n+24(FP), CX
+	MOVQ stride+32(FP), DX
+	SHLQ $2, DX
+	LEAQ (DX)(DX*2), R10
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	MOVQ CX, R9
+	SHRQ $2, R9
+	JZ   a5tail
+
+a5quad:
+	VBROADCASTSS (SI), Z8
+	VBROADCASTSS 4(SI), Z9
+	VBROADCASTSS 8(SI), Z10
+	VBROADCASTSS 12(SI), Z11
+	VFMADD231PS (AX), Z8, Z0
+	VFMADD231PS 64(AX), Z8, Z1
+	VFMADD231PS (AX)(DX*1), Z9, Z2
+	VFMADD231PS 64(AX)(DX*1), Z9, Z3
+	VFMADD231PS (AX)(DX*2), Z10, Z4
+	VFMADD231PS 64(AX)(DX*2), Z10, Z5
+	VFMADD231PS (AX)(R10*1), Z11, Z6
+	VFMADD231PS 64(AX)(R10*1), Z11, Z7
+	ADDQ $16, SI
+	LEAQ (AX)(DX*4), AX
+	DECQ R9
+	JNZ  a5quad
+
+a5tail:
+	ANDQ $3, CX
+	JZ   a5sum
+
+a5one:
+	VBROADCASTSS (SI), Z8
+	VFMADD231PS (AX), Z8, Z0
+	VFMADD231PS 64(AX), Z8, Z1
+	ADDQ $4, SI
+	ADDQ DX, AX
+	DECQ CX
+	JNZ  a5one
+
+a5sum:
+	VADDPS Z2, Z0, Z0
+	VADDPS Z3, Z1, Z1
+	VADDPS Z6, Z4, Z4
+	VADDPS Z7, Z5, Z5
+	VADDPS Z4, Z0, Z0
+	VADDPS Z5, Z1, Z1
+	VMOVUPS Z0, (DI)
+	VMOVUPS Z1, 64(DI)
+	VZEROUPPER
+	RET
+
+// func qkScoresAVX512(s, q, kt *float32, hd, stride, t int)
+//
+// s[j] = Σ_{d<hd} q[d]·kt[d·stride + j] for j < t, hd ≥ 1, t ≥ 1: sixteen
+// positions at a time, the last chunk masked so that no key past t is
+// read, two accumulators over pairs of d.
+TEXT ·qkScoresAVX512(SB), NOSPLIT, $0-48
+	MOVQ s+0(FP), DI
+	MOVQ q+8(FP), SI
+	MOVQ kt+16(FP), AX
+	MOVQ hd+24(FP), R8
+	MOVQ stride+32(FP), DX
+	SHLQ $2, DX
+	MOVQ t+40(FP), R9
+	MOVQ $0xffff, R11
+	KMOVW R11, K1
+
+qkchunk:
+	CMPQ R9, $16
+	JGE  qkfull
+	MOVQ R9, CX
+	MOVQ $1, R11
+	SHLQ CX, R11
+	DECQ R11
+	KMOVW R11, K1
+
+qkfull:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	MOVQ SI, R12
+	MOVQ AX, R13
+	MOVQ R8, BX
+	SHRQ $1, BX
+	JZ   qktail
+
+qkpair:
+	VMOVUPS.Z (R13), K1, Z2
+	VMOVUPS.Z (R13)(DX*1), K1, Z3
+	VBROADCASTSS (R12), Z4
+	VBROADCASTSS 4(R12), Z5
+	VFMADD231PS Z2, Z4, Z0
+	VFMADD231PS Z3, Z5, Z1
+	ADDQ $8, R12
+	LEAQ (R13)(DX*2), R13
+	DECQ BX
+	JNZ  qkpair
+
+qktail:
+	TESTQ $1, R8
+	JZ    qkstore
+	VMOVUPS.Z (R13), K1, Z2
+	VBROADCASTSS (R12), Z4
+	VFMADD231PS Z2, Z4, Z0
+
+qkstore:
+	VADDPS Z1, Z0, Z0
+	VMOVUPS Z0, K1, (DI)
+	ADDQ $64, DI
+	ADDQ $64, AX
+	SUBQ $16, R9
+	JG   qkchunk
+	VZEROUPPER
+	RET

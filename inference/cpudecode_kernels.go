@@ -121,35 +121,66 @@ func (j *cpuJob) work() {
 }
 
 // cpuMatrix is a weight [out, in] in row layout, for dot products with
-// few input rows, and, when out is a multiple of 16, also packed in panels
-// of 16 outputs, [out/16][in][16], for the register-blocked kernel that
-// many input rows keep busy (gemm6x16).
+// few input rows, and, when out is a multiple of the panel width, also
+// packed in panels of width outputs, [out/width][in][width], for kernels
+// that broadcast each input and read whole panel rows: 32 wide where the
+// CPU has the AVX-512 kernels (gemv32 for a few rows, the native trainer's
+// 12×32 micro-kernel for blocks of twelve), else 16 wide for the AVX2
+// 6×16 kernel (gemm6x16) that six rows or more keep busy.
 type cpuMatrix struct {
-	w, panels []float32
-	in, out   int
+	w, panels      []float32
+	in, out, width int
+	wide           microKernel // the 12×32 micro-kernel when width is 32
+}
+
+// decodeWide lets the decoder use the 32-wide AVX-512 kernels where the
+// CPU and build have them; tests turn it off to check the AVX2 path.
+var decodeWide = true
+
+// wideKernel returns the native trainer's micro-kernel for 32-wide panels
+// (AVX-512 12×32) if this CPU and build have one and decodeWide allows it.
+func wideKernel() (microKernel, bool) {
+	for _, k := range trainKernels {
+		if k.cols == 32 && decodeWide {
+			return k, true
+		}
+	}
+	return microKernel{}, false
 }
 
 func newCPUMatrix(w []float32, out, in int) cpuMatrix {
 	m := cpuMatrix{w: w, in: in, out: out}
-	if out%16 == 0 {
-		m.panels = make([]float32, len(w))
-		for o := range out {
-			p, j := o/16, o%16
-			for k := range in {
-				m.panels[(p*in+k)*16+j] = w[o*in+k]
-			}
+	if k, ok := wideKernel(); ok && out%32 == 0 {
+		m.width, m.wide = 32, k
+	} else if out%16 == 0 {
+		m.width = 16
+	}
+	if m.width == 0 {
+		return m
+	}
+	pw := m.width
+	m.panels = make([]float32, len(w))
+	for o := range out {
+		p, j := o/pw, o%pw
+		for k := range in {
+			m.panels[(p*in+k)*pw+j] = w[o*in+k]
 		}
 	}
 	return m
 }
 
 // mulRange computes y[b, o] (+)= Σ_i x[b, i]·m[o, i] for b < n and o in
-// [o0, o1), which must be multiples of 16 when m has panels. With six rows
-// or more, whole groups of six go through the panels and the last few rows
-// with the five before them, into a scratch tile; fewer rows go through dot
-// products.
+// [o0, o1), which must be multiples of the panel width when m has panels.
+// 32-wide panels go through mulWide. With 16-wide panels and six rows or
+// more, whole groups of six go through the panels and the last few rows
+// with the five before them, into a scratch tile; fewer rows go through
+// dot products.
 func (m *cpuMatrix) mulRange(y, x []float32, n, o0, o1 int, add bool) {
 	in, out := m.in, m.out
+	if m.width == 32 {
+		m.mulWide(y, x, n, o0, o1, add)
+		return
+	}
 	if m.panels == nil || n < 6 {
 		matmulRows(y, x, m.w, n, in, out, o0, o1, add)
 		return
@@ -181,6 +212,45 @@ func (m *cpuMatrix) mulRange(y, x []float32, n, o0, o1 int, add bool) {
 			for i, v := range tb {
 				yb[i] += v
 			}
+		}
+	}
+}
+
+// mulWide is mulRange on 32-wide panels: a single row streams the panels
+// once through gemv32; more rows go panel by panel, blocks of twelve
+// through the 12×32 micro-kernel and the rest through gemv32 while the
+// panel is in cache, so each weight is read from memory once per call.
+func (m *cpuMatrix) mulWide(y, x []float32, n, o0, o1 int, add bool) {
+	in, out := m.in, m.out
+	if !add {
+		for b := range n {
+			clear(y[b*out+o0 : b*out+o1])
+		}
+	}
+	p0, p1 := o0/32, o1/32
+	if n == 1 {
+		gemv32(m.panels[p0*in*32:p1*in*32], x[:in], in, p1-p0, y[o0:o1])
+		return
+	}
+	kr := m.wide.rows
+	full := n / kr * kr
+	for p := p0; p < p1; p++ {
+		wp := m.panels[p*in*32 : (p+1)*in*32]
+		for b := 0; b < full; b += kr {
+			m.wide.runRows(in, x[b*in:], in, wp, y[b*out+p*32:], out)
+		}
+		for b := full; b < n; b++ {
+			gemv32(wp, x[b*in:(b+1)*in], in, 1, y[b*out+p*32:b*out+p*32+32])
+		}
+	}
+}
+
+// gemv32Go is gemv32 in plain Go.
+func gemv32Go(w, x []float32, in, panels int, y []float32) {
+	for p := range panels {
+		yp := y[p*32 : p*32+32]
+		for k, a := range x[:in] {
+			axpy(yp, a, w[(p*in+k)*32:(p*in+k)*32+32])
 		}
 	}
 }
@@ -299,6 +369,25 @@ func dot(a, b []float32) float32 {
 	return (s0 + s1) + (s2 + s3)
 }
 
+// qkScoresGo sets scores[t] = Σ_d q[d]·kt[d·stride + t] for t <
+// len(scores), kt the keys transposed [len(q), stride]: 32 positions at a
+// time (axpy32) while the cache has them, the rest one by one. scores must
+// have room for len(scores) rounded up to 32.
+func qkScoresGo(scores, q, kt []float32, stride int) {
+	T := len(scores)
+	t0 := 0
+	for ; t0 < T && t0+32 <= stride; t0 += 32 {
+		axpy32(scores[t0:t0+32], q, kt[t0:], stride)
+	}
+	for t := t0; t < T; t++ {
+		var s float32
+		for i, x := range q {
+			s += x * kt[i*stride+t]
+		}
+		scores[t] = s
+	}
+}
+
 // axpy32Go sets out[0:32] = Σ_d a[d]·b[d·stride : d·stride+32] over
 // d < len(a).
 func axpy32Go(out, a, b []float32, stride int) {
@@ -328,11 +417,6 @@ func rmsNormRow(dst, x, w []float32, eps float32) {
 	for i, v := range x {
 		dst[i] = v * inv * w[i]
 	}
-}
-
-// sigmoid is 1 / (1 + e^-x).
-func sigmoid(x float32) float32 {
-	return 1 / (1 + expf(-x))
 }
 
 // expf is e^x in float32 within about one ulp, as Cephes' expf: x = k·ln2 +

@@ -18,3 +18,7 @@ func axpy32(out, a, b []float32, stride int) { axpy32Go(out, a, b, stride) }
 func gemm6x16(w, x []float32, xstride, in int, y []float32, ystride int) {
 	gemm6x16Go(w, x, xstride, in, y, ystride)
 }
+
+func gemv32(w, x []float32, in, panels int, y []float32) { gemv32Go(w, x, in, panels, y) }
+
+func qkScores(scores, q, kt []float32, stride int) { qkScoresGo(scores, q, kt, stride) }

@@ -25,7 +25,27 @@ func oddConfig() ModelConfig {
 	return c
 }
 
+// forEachDecodeKernel runs f with the decoder's 32-wide AVX-512 kernels
+// and again without them (AVX2, or plain Go under purego), when this CPU
+// and build have them; once otherwise.
+func forEachDecodeKernel(t *testing.T, f func(t *testing.T)) {
+	if _, ok := wideKernel(); !ok {
+		t.Run("16-wide", f)
+		return
+	}
+	t.Run("32-wide", f)
+	t.Run("16-wide", func(t *testing.T) {
+		decodeWide = false
+		defer func() { decodeWide = true }()
+		f(t)
+	})
+}
+
 func TestMatmulMatchesNaive(t *testing.T) {
+	forEachDecodeKernel(t, testMatmulMatchesNaive)
+}
+
+func testMatmulMatchesNaive(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, tc := range []struct{ n, in, out, o0, o1 int }{
 		{1, 1, 1, 0, 1}, {1, 7, 5, 0, 5}, {2, 8, 4, 0, 4}, {3, 13, 9, 2, 9},
@@ -33,6 +53,10 @@ func TestMatmulMatchesNaive(t *testing.T) {
 		// Multiples of 16 outputs go through the panels, six rows at a time.
 		{6, 8, 16, 0, 16}, {7, 5, 32, 0, 32}, {13, 33, 48, 16, 48}, {32, 128, 64, 0, 64}, {1, 12, 32, 16, 32},
 		{11, 20, 32, 0, 32}, {8, 64, 48, 16, 32}, {17, 3, 16, 0, 16},
+		// Multiples of 32 go through 32-wide panels where the CPU has
+		// AVX-512: one row streams them, twelve go through the 12×32
+		// micro-kernel, the rest one at a time.
+		{1, 128, 96, 32, 96}, {2, 7, 64, 0, 64}, {12, 33, 64, 0, 64}, {32, 128, 128, 32, 96}, {27, 5, 32, 0, 32},
 	} {
 		for _, add := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%dx%dx%d[%d:%d]add=%v", tc.n, tc.in, tc.out, tc.o0, tc.o1, add), func(t *testing.T) {
@@ -55,11 +79,16 @@ func TestMatmulMatchesNaive(t *testing.T) {
 				rows := slices.Clone(y0)
 				matmulRows(rows, x, w, tc.n, tc.in, tc.out, tc.o0, tc.o1, add)
 				m := newCPUMatrix(w, tc.out, tc.in)
-				viaMatrix := slices.Clone(y0)
-				m.mulRange(viaMatrix, x, tc.n, tc.o0, tc.o1, add)
-				for name, got := range map[string][]float32{"matmulRows": rows, "cpuMatrix.mulRange": viaMatrix} {
+				results := map[string][]float32{"matmulRows": rows}
+				// A range of a panelled matrix must be whole panels.
+				if m.width == 0 || (tc.o0%m.width == 0 && tc.o1%m.width == 0) {
+					viaMatrix := slices.Clone(y0)
+					m.mulRange(viaMatrix, x, tc.n, tc.o0, tc.o1, add)
+					results["cpuMatrix.mulRange"] = viaMatrix
+				}
+				for name, got := range results {
 					if d := maxAbsDiff(got, want); d > 1e-4 {
-						t.Fatalf("%s: max |got - want| = %g (panels %v)", name, d, m.panels != nil)
+						t.Fatalf("%s: max |got - want| = %g (panels %d wide)", name, d, m.width)
 					}
 				}
 			})
@@ -117,9 +146,53 @@ func TestDot4x2MatchesGo(t *testing.T) {
 	}
 }
 
+// TestGemv32MatchesGo checks gemv32 (AVX-512 on CPUs that have it)
+// against the plain-Go one for every length up to 70 and a few panel
+// counts, so each accumulator and the tail are exercised.
+func TestGemv32MatchesGo(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for in := 1; in <= 70; in++ {
+		for _, panels := range []int{1, 3} {
+			w, x, y := randSlice(rng, panels*in*32), randSlice(rng, in), randSlice(rng, panels*32)
+			got, want := slices.Clone(y), slices.Clone(y)
+			gemv32(w, x, in, panels, got)
+			gemv32Go(w, x, in, panels, want)
+			if d := maxAbsDiff(got, want); d > 1e-4 {
+				t.Fatalf("in=%d panels=%d: gemv32 differs from plain Go by %g", in, panels, d)
+			}
+		}
+	}
+}
+
+// TestQKScoresMatchesNaive covers whole and partial chunks of positions,
+// odd head sizes, and a cache exactly as long as the positions read.
+func TestQKScoresMatchesNaive(t *testing.T) {
+	forEachDecodeKernel(t, func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(11, 12))
+		for _, tc := range []struct{ hd, stride, n int }{{1, 1, 1}, {32, 128, 65}, {10, 40, 33}, {7, 16, 16}, {32, 96, 96}, {3, 50, 17}} {
+			q, kt := randSlice(rng, tc.hd), randSlice(rng, tc.hd*tc.stride)
+			got := make([]float32, (tc.n+31)/32*32)[:tc.n]
+			qkScores(got, q, kt, tc.stride)
+			for j := range tc.n {
+				var want float32
+				for d, x := range q {
+					want += x * kt[d*tc.stride+j]
+				}
+				if d := math.Abs(float64(got[j] - want)); d > 1e-4 {
+					t.Fatalf("hd=%d stride=%d n=%d: score %d = %g; want %g", tc.hd, tc.stride, tc.n, j, got[j], want)
+				}
+			}
+		}
+	})
+}
+
 func TestAxpy32MatchesGo(t *testing.T) {
+	forEachDecodeKernel(t, testAxpy32MatchesGo)
+}
+
+func testAxpy32MatchesGo(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
-	for _, tc := range []struct{ n, stride int }{{1, 32}, {3, 32}, {7, 40}, {32, 64}, {65, 33}} {
+	for _, tc := range []struct{ n, stride int }{{1, 32}, {2, 48}, {3, 32}, {7, 40}, {32, 64}, {65, 33}} {
 		a, b := randSlice(rng, tc.n), randSlice(rng, (tc.n-1)*tc.stride+32)
 		got, want := make([]float32, 32), make([]float32, 32)
 		axpy32(got, a, b, tc.stride)
@@ -307,7 +380,9 @@ func TestCPUDecoderMatchesGoMLX(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			runDecoderParity(t, m, rand.New(rand.NewPCG(3, 4)))
+			forEachDecodeKernel(t, func(t *testing.T) {
+				runDecoderParity(t, m, rand.New(rand.NewPCG(3, 4)))
+			})
 		})
 	}
 }
