@@ -26,6 +26,7 @@ import (
 	"github.com/parleyhq/parley/internal/telemetry"
 	"github.com/parleyhq/parley/internal/testenv"
 	"github.com/parleyhq/parley/learner"
+	"github.com/parleyhq/parley/learner/rl"
 	"github.com/parleyhq/parley/rollout"
 	"github.com/parleyhq/parley/rollout/abtest"
 	"github.com/parleyhq/parley/schema"
@@ -163,6 +164,17 @@ func TestClosedLoop(t *testing.T) {
 	cy.EvalPrompts, cy.EvalDepth, cy.CurvePrompts, cy.CurveEvery = 16, botMaxTurns, 8, 2
 	cy.Players, cy.PlayersSeed = players.Population, botSeed
 	cy.Players.Size = botPlayers
+	// The refresh's referee gate measures the user agent against the bots'
+	// own players on a few groups. A tiny user agent is far from the
+	// production thresholds (τ ≥ 0.30, Pearson ≥ 0.6, Avg.L ratio within
+	// [0.9, 1.1]), so the loop sets them explicitly: any measured values
+	// pass, and only the rule that a refresh is no worse than the current
+	// user agent still applies.
+	ref := &lc.Learner.Refresh.Referee
+	ref.Players, ref.PlayersSeed, ref.Policy, ref.UserAgent = cy.Players, botSeed, cy.Policy, cy.UserAgent
+	ref.Measure = rl.RefereeConfig{Groups: 16, Siblings: 8, MaxContext: 2, Dialogues: 16, Depth: botMaxTurns, Resamples: 200, Parallel: 4, Seed: 1}
+	ref.Thresholds = rl.RefereeThresholds{MinKendallTau: -1, MinKendallTauCILow: -2, MinPearson: -1, MinSimRealAvgL: 0, MaxSimRealAvgL: 100,
+		Tolerance: rl.DefaultRefereeThresholds().Tolerance}
 
 	procs, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -230,7 +242,7 @@ func TestClosedLoop(t *testing.T) {
 	if rs.Published > 0 {
 		t.Logf("user agent refreshed: published %s (gate: %s)", rs.LastVersion, rs.LastReason)
 	} else {
-		t.Logf("user agent refresh refused by the fidelity gate (%s): the cycle trains against v1", rs.LastReason)
+		t.Logf("user agent refresh refused by the fidelity or referee gate (%s): the cycle trains against v1", rs.LastReason)
 	}
 
 	// 2. More sessions make a cycle due: an AT-GRPO candidate is published.
