@@ -272,3 +272,26 @@ func TestRefreshRefusedByTheReferee(t *testing.T) {
 		t.Errorf("gate with loose thresholds = %v (%s), %v; reports %v, %v; want it to measure both and accept", ok, why, err, before, after)
 	}
 }
+
+// TestRefereeGateOffOrSkipped checks that the referee leaves the fidelity
+// gate's verdict alone when it is off (no population) or has no NPC
+// version to write the siblings.
+func TestRefereeGateOffOrSkipped(t *testing.T) {
+	rc := DefaultRefreshConfig()
+	r := &refresher{cfg: rc, registry: t.TempDir(), dataDir: t.TempDir(), logger: slog.New(slog.DiscardHandler), now: time.Now}
+	for _, tc := range []struct {
+		name    string
+		players int
+		why     string
+	}{{"off", 0, ""}, {"no npc version", 16, "referee skipped: no npc version"}} {
+		r.cfg.Referee.Players.Size = tc.players
+		var before, after *rl.RefereeReport
+		ok, why, err := r.gate("", nil, &before, &after)(context.Background(), Metrics{}, Metrics{}, nil, nil)
+		if err != nil || !ok || !strings.Contains(why, tc.why) || before != nil || after != nil {
+			t.Errorf("%s: gate = %v (%s), %v, reports %v %v; want accepted with %q and no reports", tc.name, ok, why, err, before, after, tc.why)
+		}
+		if tc.players == 0 && strings.Contains(why, "referee") {
+			t.Errorf("%s: gate reason %q mentions the referee", tc.name, why)
+		}
+	}
+}
