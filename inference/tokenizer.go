@@ -62,6 +62,7 @@ type Tokenizer struct {
 	// before it.
 	split     tokSplitter
 	normalize func(string) string
+	hf        hfPipeline
 
 	added      []tokAdded     // added tokens, longest content first, for matching
 	addedID    map[string]int // content -> id

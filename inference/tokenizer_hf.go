@@ -24,9 +24,9 @@ type hfTokenizerFile struct {
 	Padding       json.RawMessage `json:"padding"`
 	AddedTokens   []hfAddedToken  `json:"added_tokens"`
 	Normalizer    json.RawMessage `json:"normalizer"`
-	PreTokenizer  *hfPreTokenizer `json:"pre_tokenizer"`
+	PreTokenizer  json.RawMessage `json:"pre_tokenizer"` // an hfPreTokenizer
 	PostProcessor json.RawMessage `json:"post_processor"`
-	Decoder       *hfByteLevel    `json:"decoder"`
+	Decoder       json.RawMessage `json:"decoder"` // an hfByteLevel
 	Model         hfBPEModel      `json:"model"`
 }
 
@@ -38,6 +38,13 @@ type hfAddedToken struct {
 	RStrip     bool   `json:"rstrip"`
 	Normalized bool   `json:"normalized"`
 	Special    bool   `json:"special"`
+}
+
+// hfPipeline is the part of tokenizer.json around the BPE model as it was
+// read, so that Save writes a loaded tokenizer back as it came. It is zero
+// for a tokenizer TrainTokenizer made, which has GPT-2's pipeline.
+type hfPipeline struct {
+	normalizer, preTokenizer, postProcessor, decoder json.RawMessage
 }
 
 // hfByteLevel is the ByteLevel decoder. UseRegex is a pointer because
@@ -172,7 +179,6 @@ func (t *Tokenizer) Save(path string) error {
 
 // marshalHF renders the tokenizer.json document.
 func (t *Tokenizer) marshalHF() ([]byte, error) {
-	yes := true
 	added := make([]hfAddedToken, 0, len(t.added))
 	for _, a := range t.added {
 		added = append(added, hfAddedToken{ID: a.id, Content: a.content, Special: a.special})
@@ -191,15 +197,19 @@ func (t *Tokenizer) marshalHF() ([]byte, error) {
 		merges[m.rank] = hfMerge{left, right}
 	}
 	merges = compactMerges(merges)
+	pipe, err := t.hf.orGPT2()
+	if err != nil {
+		return nil, err
+	}
 	doc := hfTokenizerFile{
 		Version:       "1.0",
 		Truncation:    json.RawMessage("null"),
 		Padding:       json.RawMessage("null"),
 		AddedTokens:   added,
-		Normalizer:    json.RawMessage("null"),
-		PreTokenizer:  &hfPreTokenizer{Type: "ByteLevel", AddPrefixSpace: false, TrimOffsets: true, UseRegex: &yes},
-		PostProcessor: json.RawMessage("null"),
-		Decoder:       &hfByteLevel{Type: "ByteLevel", AddPrefixSpace: true, TrimOffsets: true, UseRegex: &yes},
+		Normalizer:    pipe.normalizer,
+		PreTokenizer:  pipe.preTokenizer,
+		PostProcessor: pipe.postProcessor,
+		Decoder:       pipe.decoder,
 		Model: hfBPEModel{
 			Type:         "BPE",
 			IgnoreMerges: t.ignoreMerges,
@@ -296,12 +306,17 @@ func parseHFTokenizer(data []byte) (*Tokenizer, error) {
 	if err != nil {
 		return nil, err
 	}
-	if t.split, err = doc.PreTokenizer.splitter(); err != nil {
+	var pre hfPreTokenizer
+	if err := json.Unmarshal(doc.PreTokenizer, &pre); err != nil {
+		return nil, fmt.Errorf("pre_tokenizer %s: %w: %w", doc.PreTokenizer, ErrTokenizerFormat, err)
+	}
+	if t.split, err = pre.splitter(); err != nil {
 		return nil, err
 	}
 	if t.normalize, err = hfNormalizerFunc(doc.Normalizer); err != nil {
 		return nil, err
 	}
+	t.hf = hfPipeline{normalizer: doc.Normalizer, preTokenizer: doc.PreTokenizer, postProcessor: doc.PostProcessor, decoder: doc.Decoder}
 	return t, nil
 }
 
@@ -324,12 +339,34 @@ func (doc *hfTokenizerFile) check() error {
 		return fmt.Errorf("subword prefix or suffix: %w", ErrTokenizerFormat)
 	case m.ByteFallback:
 		return fmt.Errorf("byte fallback: %w", ErrTokenizerFormat)
-	case doc.PreTokenizer == nil:
+	case isJSONNull(doc.PreTokenizer):
 		return fmt.Errorf("no pre_tokenizer: %w", ErrTokenizerFormat)
-	case doc.Decoder == nil || doc.Decoder.Type != "ByteLevel":
+	}
+	var dec hfByteLevel
+	if err := json.Unmarshal(doc.Decoder, &dec); err != nil || dec.Type != "ByteLevel" {
 		return fmt.Errorf("decoder is not ByteLevel: %w", ErrTokenizerFormat)
 	}
 	return nil
+}
+
+// orGPT2 fills the parts of p that are unset with GPT-2's: no normalizer or
+// post-processor, ByteLevel pre-tokenizer and decoder.
+func (p hfPipeline) orGPT2() (hfPipeline, error) {
+	yes := true
+	var err error
+	if p.preTokenizer == nil {
+		p.preTokenizer, err = json.Marshal(hfPreTokenizer{Type: "ByteLevel", AddPrefixSpace: false, TrimOffsets: true, UseRegex: &yes})
+	}
+	if p.decoder == nil && err == nil {
+		p.decoder, err = json.Marshal(hfByteLevel{Type: "ByteLevel", AddPrefixSpace: true, TrimOffsets: true, UseRegex: &yes})
+	}
+	if p.normalizer == nil {
+		p.normalizer = json.RawMessage("null")
+	}
+	if p.postProcessor == nil {
+		p.postProcessor = json.RawMessage("null")
+	}
+	return p, err
 }
 
 func isJSONNull(raw json.RawMessage) bool {

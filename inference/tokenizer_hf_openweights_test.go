@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -179,6 +180,59 @@ func TestOpenWeightsTokenizer(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestOpenWeightsTokenizerSave saves the real tokenizers as a Parley
+// checkpoint does and loads them again: the file keeps their normalizer,
+// pre-tokenizer, post-processor and decoder, and encodes the same.
+func TestOpenWeightsTokenizerSave(t *testing.T) {
+	if testing.Short() {
+		t.Skip("saves and reloads two large tokenizer files")
+	}
+	ref := owLoadReference(t)
+	for name := range owModels {
+		t.Run(name, func(t *testing.T) {
+			tok := owTokenizer(t, name)
+			path := filepath.Join(t.TempDir(), "tokenizer.json")
+			if err := tok.Save(path); err != nil {
+				t.Fatalf("Save: %v", err)
+			}
+			loaded, err := inference.LoadTokenizer(path)
+			if err != nil {
+				t.Fatalf("LoadTokenizer(saved): %v", err)
+			}
+			for i, text := range ref.Texts[:300] {
+				if got, want := loaded.Encode(text), ref.Tokenizers[name][i]; !slices.Equal(got, want) {
+					t.Errorf("saved and loaded: Encode(%q) = %v; want %v", text, got, want)
+				}
+			}
+			orig, saved := owPipeline(t, filepath.Join(owModelDir(t, name), "tokenizer.json")), owPipeline(t, path)
+			for _, key := range []string{"normalizer", "pre_tokenizer", "post_processor"} {
+				if !reflect.DeepEqual(orig[key], saved[key]) {
+					t.Errorf("saved %s = %v; want %v", key, saved[key], orig[key])
+				}
+			}
+		})
+	}
+}
+
+// owPipeline reads a tokenizer.json's normalizer, pre-tokenizer and
+// post-processor.
+func owPipeline(t *testing.T, path string) map[string]any {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Normalizer    any `json:"normalizer"`
+		PreTokenizer  any `json:"pre_tokenizer"`
+		PostProcessor any `json:"post_processor"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	return map[string]any{"normalizer": doc.Normalizer, "pre_tokenizer": doc.PreTokenizer, "post_processor": doc.PostProcessor}
 }
 
 // owMessages converts the reference's dialogue to Parley's messages.
