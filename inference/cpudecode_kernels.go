@@ -148,6 +148,18 @@ func wideKernel() (microKernel, bool) {
 	return microKernel{}, false
 }
 
+// DecodeKernels names the instruction set of the CPU decoder's kernels on
+// this machine and build: "avx512", "avx2" or "go".
+func DecodeKernels() string {
+	switch _, wide := wideKernel(); {
+	case wide:
+		return "avx512"
+	case hasAVX2FMA:
+		return "avx2"
+	}
+	return "go"
+}
+
 func newCPUMatrix(w []float32, out, in int) cpuMatrix {
 	m := cpuMatrix{w: w, in: in, out: out}
 	if k, ok := wideKernel(); ok && out%32 == 0 {

@@ -113,6 +113,9 @@ type InferenceReport struct {
 	// or "given" (--sgemm-flops).
 	CeilingGFLOPS float64 `json:"ceiling_gflops"`
 	CeilingSource string  `json:"ceiling_source"`
+	// DecodeKernels is the instruction set of the CPU decoder's kernels
+	// on this machine (inference.DecodeKernels: avx512, avx2 or go).
+	DecodeKernels string `json:"decode_kernels"`
 
 	PromptTokens int `json:"prompt_tokens"`
 	DecodeTokens int `json:"decode_tokens"`
@@ -211,6 +214,7 @@ func RunInference(ctx context.Context, cfg InferenceConfig, w io.Writer) (Infere
 	rep := InferenceReport{
 		Model: mc, Params: mc.Params(), Backend: m.BackendConfig().Name, GOMAXPROCS: runtime.GOMAXPROCS(0),
 		SgemmFLOPS: cfg.SgemmFLOPS, CeilingSource: "given", PromptTokens: cfg.PromptTokens, DecodeTokens: cfg.DecodeTokens,
+		DecodeKernels: inference.DecodeKernels(),
 	}
 	if cfg.SgemmFLOPS == 0 {
 		if cfg.SgemmFLOPS, rep.CeilingSource, err = MeasureCeiling(ctx, cfg.CeilingTool); err != nil {
@@ -431,8 +435,8 @@ func printInference(w io.Writer, r InferenceReport) {
 	c := r.Model
 	fmt.Fprintf(w, "model: %d params (vocab %d, d%d, %d layers, %d heads, ffn %d), backend %s, GOMAXPROCS %d\n",
 		r.Params, c.VocabSize, c.Dim, c.Layers, c.Heads, c.FFNDim, r.Backend, r.GOMAXPROCS)
-	fmt.Fprintf(w, "prompt %d tokens, decode %d tokens per sequence; sgemm ceiling %.0f GFLOP/s (%s); decoder %s\n\n",
-		r.PromptTokens, r.DecodeTokens, r.SgemmFLOPS/1e9, r.CeilingSource, r.Decoder)
+	fmt.Fprintf(w, "prompt %d tokens, decode %d tokens per sequence; sgemm ceiling %.0f GFLOP/s (%s); decoder %s (CPU kernels %s)\n\n",
+		r.PromptTokens, r.DecodeTokens, r.SgemmFLOPS/1e9, r.CeilingSource, r.Decoder, r.DecodeKernels)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "measure\ttokens/s\tms/step\tTTFT ms\tGFLOP/s\tof sgemm\t")
 	fmt.Fprintf(tw, "prefill\t%.0f\t%.1f\t%.1f\t%.2f\t%.2f%%\t\n", r.PrefillTokensPerSec, r.TTFTMillis, r.TTFTMillis, r.PrefillFLOPS/1e9, 100*r.PrefillFraction)

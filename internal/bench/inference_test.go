@@ -48,6 +48,9 @@ func TestRunInferenceTiny(t *testing.T) {
 			t.Errorf("decoder %s: %+v; want two decode rows, speedups and a TTFT", run.Decoder, run)
 		}
 	}
+	if k := rep.DecodeKernels; k != inference.DecodeKernels() || k == "" {
+		t.Errorf("decode kernels %q; want %q", k, inference.DecodeKernels())
+	}
 	if !strings.Contains(out.String(), "decoders compared") || !strings.Contains(out.String(), inference.DecoderGoMLX) {
 		t.Errorf("table lacks the decoder comparison:\n%s", out.String())
 	}
