@@ -3,6 +3,7 @@ package gateway
 import (
 	"regexp"
 	"strings"
+	"unicode"
 
 	"github.com/parleyhq/parley/schema"
 )
@@ -69,7 +70,6 @@ const RefusalReply = "I can't help with that, friend. Let's get back to our adve
 
 var (
 	leetReplacer = strings.NewReplacer("0", "o", "1", "i", "3", "e", "4", "a", "5", "s", "7", "t", "@", "a", "$", "s", "’", "'")
-	nonLetterRE  = regexp.MustCompile(`[^\p{L}']+`)
 
 	crisisRE = regexp.MustCompile(`\b(` +
 		`(kill|killing|hurt|hurting|harm|harming|cut|cutting|hang|hanging|drown|drowning) (my ?self|me)|` +
@@ -112,15 +112,42 @@ var chatSpeak = map[string]string{
 	"dont": "don't", "cant": "can't", "im": "i'm", "ive": "i've", "kms": "kill myself", "kys": "kill yourself",
 }
 
+// normalize lowers s, undoes digit-for-letter substitutions, expands chat
+// abbreviations and returns its words (runs of letters and apostrophes)
+// joined and surrounded by single spaces. It runs on every message and
+// reply, and on the persona card, so it scans once without regexps.
 func normalize(s string) string {
 	s = leetReplacer.Replace(strings.ToLower(s))
-	words := strings.Fields(nonLetterRE.ReplaceAllString(s, " "))
-	for i, w := range words {
-		if x, ok := chatSpeak[w]; ok {
-			words[i] = x
+	var b strings.Builder
+	b.Grow(len(s) + 2)
+	b.WriteByte(' ')
+	word := -1 // start of the current word in s; -1 between words
+	flush := func(end int) {
+		if word < 0 {
+			return
 		}
+		w := s[word:end]
+		if x, ok := chatSpeak[w]; ok {
+			w = x
+		}
+		b.WriteString(w)
+		b.WriteByte(' ')
+		word = -1
 	}
-	return " " + strings.Join(words, " ") + " "
+	for i, r := range s {
+		if unicode.IsLetter(r) || r == '\'' {
+			if word < 0 {
+				word = i
+			}
+			continue
+		}
+		flush(i)
+	}
+	flush(len(s))
+	if b.Len() == 1 {
+		return "  "
+	}
+	return b.String()
 }
 
 // CheckInput judges a player's message before it reaches the model.
@@ -153,12 +180,20 @@ func (Guard) CheckOutput(reply, card string) Verdict {
 }
 
 // leaksCard reports whether reply (normalised) holds eight consecutive
-// words of card (normalised).
+// words of card (normalised). It looks for each eight-word run of the reply,
+// the shorter text, in the card, slicing the runs out of reply.
 func leaksCard(reply, card string) bool {
 	const n = 8
-	words := strings.Fields(card)
-	for i := 0; i+n <= len(words); i++ {
-		if strings.Contains(reply, " "+strings.Join(words[i:i+n], " ")+" ") {
+	// spaces[i] is the index of the space before reply's word i; the last
+	// is the trailing space.
+	var spaces []int
+	for i := 0; i < len(reply); i++ {
+		if reply[i] == ' ' {
+			spaces = append(spaces, i)
+		}
+	}
+	for i := 0; i+n < len(spaces); i++ {
+		if strings.Contains(card, reply[spaces[i]:spaces[i+n]+1]) {
 			return true
 		}
 	}

@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"net/http"
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/parleyhq/parley/inference"
@@ -76,6 +78,50 @@ func TestGuardOutput(t *testing.T) {
 	for _, c := range cases {
 		if got := (Guard{}).CheckOutput(c.reply, card); got.Safety != c.want {
 			t.Errorf("CheckOutput(%q) = %q (rule %q); want %q", c.reply, got.Safety, got.Rule, c.want)
+		}
+	}
+}
+
+// normalizeByRegexp is normalize as first written, with a regexp: the
+// reference the one-pass normalize must match.
+func normalizeByRegexp(s string) string {
+	s = leetReplacer.Replace(strings.ToLower(s))
+	words := strings.Fields(regexp.MustCompile(`[^\p{L}']+`).ReplaceAllString(s, " "))
+	for i, w := range words {
+		if x, ok := chatSpeak[w]; ok {
+			words[i] = x
+		}
+	}
+	return " " + strings.Join(words, " ") + " "
+}
+
+// leaksCardByJoin is leaksCard as first written, joining each eight-word
+// run of the card: the reference of the one that slices the reply.
+func leaksCardByJoin(reply, card string) bool {
+	words := strings.Fields(card)
+	for i := 0; i+8 <= len(words); i++ {
+		if strings.Contains(reply, " "+strings.Join(words[i:i+8], " ")+" ") {
+			return true
+		}
+	}
+	return false
+}
+
+func TestNormalizeAndLeaksCardMatchTheirReferences(t *testing.T) {
+	card := testConfig("x").Personas["mira"].Card
+	texts := []string{"", "   ", "!!!", "u wanna kms?? 1m D0NE", "Don’t  go—now!\tÉtienne's café, naïve; 日本語 ok",
+		"\xff\xfeinvalid utf-8 \xc3", "r u ok", card, card[:len(card)/2] + " and more", "The road is quiet. " + card[len(card)/3:]}
+	for _, a := range adversarial {
+		texts = append(texts, a.text)
+	}
+	for _, x := range texts {
+		if got, want := normalize(x), normalizeByRegexp(x); got != want {
+			t.Errorf("normalize(%q) = %q; want %q", x, got, want)
+		}
+		for _, c := range []string{normalize(card), normalize("you are mira a warm companion"), "  "} {
+			if got, want := leaksCard(normalize(x), c), leaksCardByJoin(normalize(x), c); got != want {
+				t.Errorf("leaksCard(%q, %q) = %v; want %v", normalize(x), c, got, want)
+			}
 		}
 	}
 }
