@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"fmt"
+	"slices"
+	"sync"
 
 	"github.com/parleyhq/parley/inference"
 	"github.com/parleyhq/parley/schema"
@@ -20,13 +22,9 @@ func buildPrompt(tok *inference.Tokenizer, p Persona, history []schema.Exchange,
 		}
 		return ids, nil
 	}
-	head := []inference.Message{{Role: inference.RoleSystem, Text: p.Card}}
-	if p.Greeting != "" {
-		head = append(head, inference.Message{Role: inference.RoleNPC, Text: p.Greeting})
-	}
-	headIDs, err := encode(head...)
+	headIDs, err := heads.get(tok, p)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("build prompt: %w", err)
 	}
 	tail, err := tok.EncodeChat([]inference.Message{{Role: inference.RoleUser, Text: user}}, true)
 	if err != nil {
@@ -52,7 +50,7 @@ func buildPrompt(tok *inference.Tokenizer, p Persona, history []schema.Exchange,
 		budget -= len(ids)
 		parts = append(parts, ids)
 	}
-	prompt := headIDs
+	prompt := slices.Clip(headIDs) // shared: appending must copy
 	for i := len(parts) - 1; i >= 0; i-- {
 		prompt = append(prompt, parts[i]...)
 	}
@@ -106,4 +104,50 @@ func chatPrompt(tok *inference.Tokenizer, defaultCard string, msgs []schema.Chat
 		prompt = append(prompt, ids...)
 	}
 	return append(prompt, npc), nil
+}
+
+// heads caches the encoded system turn and greeting of each persona per
+// tokenizer: the same for every message of a persona, and the longest part
+// of its prompt to encode.
+var heads headCache
+
+// headCacheSize bounds the cache; it is emptied when full. Each model
+// version brings its tokenizer, so a long-running gateway that swapped
+// versions many times would otherwise keep their personas' heads.
+const headCacheSize = 256
+
+type headKey struct {
+	tok            *inference.Tokenizer
+	card, greeting string
+}
+
+type headCache struct {
+	mu  sync.Mutex
+	ids map[headKey][]int
+}
+
+// get returns p's encoded head under tok; callers must not modify it.
+func (c *headCache) get(tok *inference.Tokenizer, p Persona) ([]int, error) {
+	k := headKey{tok, p.Card, p.Greeting}
+	c.mu.Lock()
+	ids, ok := c.ids[k]
+	c.mu.Unlock()
+	if ok {
+		return ids, nil
+	}
+	head := []inference.Message{{Role: inference.RoleSystem, Text: p.Card}}
+	if p.Greeting != "" {
+		head = append(head, inference.Message{Role: inference.RoleNPC, Text: p.Greeting})
+	}
+	ids, err := tok.EncodeChat(head, false)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if c.ids == nil || len(c.ids) >= headCacheSize {
+		c.ids = make(map[headKey][]int)
+	}
+	c.ids[k] = ids
+	c.mu.Unlock()
+	return ids, nil
 }
