@@ -25,11 +25,10 @@ var ErrChecksum = errors.New("inference: checkpoint checksum mismatch")
 
 // Checkpoint file names of the registry layout (DESIGN.md §3).
 const (
-	ConfigFile      = "config.json"
-	WeightsFile     = "model.safetensors"
-	TokenizerFile   = "tokenizer.json"
-	ManifestFile    = "manifest.json"
-	maxHeaderLength = 100 << 20
+	ConfigFile    = "config.json"
+	WeightsFile   = "model.safetensors"
+	TokenizerFile = "tokenizer.json"
+	ManifestFile  = "manifest.json"
 )
 
 // checkpointConfig is config.json: the ModelConfig plus the fields that let
@@ -133,9 +132,11 @@ func marshalConfig(c ModelConfig) ([]byte, error) {
 	}, "", "  ")
 }
 
-// LoadCheckpoint reads a version written by SaveCheckpoint. It verifies the
-// sha256 of every file listed in manifest.json first and returns an error
-// wrapping ErrChecksum, naming the file, on any mismatch.
+// LoadCheckpoint reads a version written by SaveCheckpoint, or a Hugging
+// Face checkpoint imported into the registry (bf16/f16/f32, sharded or not;
+// see OpenHFModel). It verifies the sha256 of every file listed in
+// manifest.json first and returns an error wrapping ErrChecksum, naming the
+// file, on any mismatch.
 func LoadCheckpoint(dir string, backend BackendConfig) (*Model, *Tokenizer, schema.Manifest, error) {
 	var man schema.Manifest
 	fail := func(err error) (*Model, *Tokenizer, schema.Manifest, error) {
@@ -168,7 +169,11 @@ func LoadCheckpoint(dir string, backend BackendConfig) (*Model, *Tokenizer, sche
 			return fail(fmt.Errorf("%s: sha256 %s, manifest says %s: %w", name, sum, man.Files[name], ErrChecksum))
 		}
 	}
-	for _, name := range []string{ConfigFile, WeightsFile, TokenizerFile} {
+	weights, err := HFWeightFiles(dir)
+	if err != nil {
+		return fail(err)
+	}
+	for _, name := range append([]string{ConfigFile, TokenizerFile}, weights...) {
 		if _, ok := man.Files[name]; !ok {
 			return fail(fmt.Errorf("manifest does not list %s", name))
 		}
@@ -184,17 +189,7 @@ func LoadCheckpoint(dir string, backend BackendConfig) (*Model, *Tokenizer, sche
 	if tok.VocabSize() > cfg.VocabSize {
 		return fail(fmt.Errorf("tokenizer has %d tokens, model only %d", tok.VocabSize(), cfg.VocabSize))
 	}
-	f, err := os.Open(filepath.Join(dir, WeightsFile))
-	if err != nil {
-		return fail(err)
-	}
-	defer f.Close()
-	_, wantDims := weightShapes(cfg)
-	vals, err := readSafetensors(f, wantDims)
-	if err != nil {
-		return fail(fmt.Errorf("read %s: %w", WeightsFile, err))
-	}
-	m, err := newModelWithWeights(cfg, backend, vals)
+	m, err := loadHFWeights(dir, cfg, backend)
 	if err != nil {
 		return fail(err)
 	}
@@ -245,62 +240,6 @@ func writeSafetensors(w io.Writer, names []string, vals map[string][]float32, di
 		}
 	}
 	return nil
-}
-
-// readSafetensors reads the F32 tensors named in want, checking shapes and
-// offsets against the file.
-func readSafetensors(r io.Reader, want map[string][]int) (map[string][]float32, error) {
-	var lenBuf [8]byte
-	if _, err := io.ReadFull(r, lenBuf[:]); err != nil {
-		return nil, fmt.Errorf("header length: %w", err)
-	}
-	hl := binary.LittleEndian.Uint64(lenBuf[:])
-	if hl > maxHeaderLength {
-		return nil, fmt.Errorf("header length %d too large", hl)
-	}
-	hj := make([]byte, hl)
-	if _, err := io.ReadFull(r, hj); err != nil {
-		return nil, fmt.Errorf("header: %w", err)
-	}
-	var header map[string]json.RawMessage
-	if err := json.Unmarshal(hj, &header); err != nil {
-		return nil, fmt.Errorf("header: %w", err)
-	}
-	data, err := io.ReadAll(r)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string][]float32, len(want))
-	for name, dims := range want {
-		raw, ok := header[name]
-		if !ok {
-			return nil, fmt.Errorf("tensor %q missing", name)
-		}
-		var e safetensorsEntry
-		if err := json.Unmarshal(raw, &e); err != nil {
-			return nil, fmt.Errorf("tensor %q: %w", name, err)
-		}
-		if e.DType != "F32" {
-			return nil, fmt.Errorf("tensor %q: dtype %s, want F32", name, e.DType)
-		}
-		if !slices.Equal(e.Shape, dims) {
-			return nil, fmt.Errorf("tensor %q: shape %v, want %v", name, e.Shape, dims)
-		}
-		n := int64(1)
-		for _, d := range dims {
-			n *= int64(d)
-		}
-		lo, hi := e.DataOffsets[0], e.DataOffsets[1]
-		if lo < 0 || hi-lo != 4*n || hi > int64(len(data)) {
-			return nil, fmt.Errorf("tensor %q: data offsets [%d, %d) invalid for %d values in %d bytes", name, lo, hi, n, len(data))
-		}
-		v := make([]float32, n)
-		for i := range v {
-			v[i] = math.Float32frombits(binary.LittleEndian.Uint32(data[lo+4*int64(i):]))
-		}
-		out[name] = v
-	}
-	return out, nil
 }
 
 func fileSHA256(path string) (string, error) {

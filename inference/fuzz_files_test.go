@@ -39,9 +39,9 @@ func FuzzParseHFTokenizer(f *testing.F) {
 	})
 }
 
-// FuzzReadSafetensors reads model.safetensors bytes as LoadCheckpoint does:
-// any input is refused or gives exactly the tensors asked for, each with
-// as many values as its shape holds.
+// FuzzReadSafetensors reads model.safetensors bytes as LoadCheckpoint does
+// (hfWeights): any input is refused or gives exactly the tensors asked for,
+// each with as many values as its shape holds.
 func FuzzReadSafetensors(f *testing.F) {
 	want := map[string][]int{"a": {2, 3}, "b": {4}}
 	var good bytes.Buffer
@@ -55,20 +55,20 @@ func FuzzReadSafetensors(f *testing.F) {
 	f.Add([]byte("\xff\xff\xff\xff\xff\xff\xff\xff{}"))
 	f.Add([]byte("\x02\x00\x00\x00\x00\x00\x00\x00{}"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		got, err := readSafetensors(bytes.NewReader(data), want)
-		if err != nil {
+		w := newHFWeights(nil)
+		if err := w.addShard(WeightsFile, data); err != nil {
 			return
 		}
-		if len(got) != len(want) {
-			t.Fatalf("read %d tensors; want %d", len(got), len(want))
+		if err := w.check(want, func(string) bool { return false }); err != nil {
+			return
 		}
 		for name, dims := range want {
 			n := 1
 			for _, d := range dims {
 				n *= d
 			}
-			if len(got[name]) != n {
-				t.Fatalf("tensor %s has %d values; want %d", name, len(got[name]), n)
+			if err := w.read(name, make([]float32, n)); err != nil {
+				t.Fatalf("tensor %s passed the checks but reads as: %v", name, err)
 			}
 		}
 	})

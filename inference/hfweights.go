@@ -40,19 +40,70 @@ func OpenHFModel(dir string, backend BackendConfig) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open model %q: %w", dir, err)
 	}
-	w, err := openHFWeights(dir)
-	if err != nil {
-		return nil, fmt.Errorf("open model %q: %w", dir, err)
-	}
-	defer w.close()
-	if err := w.check(cfg); err != nil {
-		return nil, fmt.Errorf("open model %q: %w", dir, err)
-	}
-	m, err := newModelFilled(cfg, backend, w.read)
+	m, err := loadHFWeights(dir, cfg, backend)
 	if err != nil {
 		return nil, fmt.Errorf("open model %q: %w", dir, err)
 	}
 	return m, nil
+}
+
+// loadHFWeights builds the model of cfg from the safetensors weights in dir
+// (see OpenHFModel).
+func loadHFWeights(dir string, cfg ModelConfig, backend BackendConfig) (*Model, error) {
+	w, err := openHFWeights(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer w.close()
+	_, dims := weightShapes(cfg)
+	if err := w.check(dims, cfg.ignoredTensor); err != nil {
+		return nil, err
+	}
+	return newModelFilled(cfg, backend, w.read)
+}
+
+// CheckHFCheckpoint verifies, without converting the weights, that dir
+// holds a checkpoint Parley can serve: config.json (ParseHFConfig),
+// tokenizer.json (LoadTokenizer) with no more tokens than the model, and
+// safetensors weights with every tensor of the config in its shape. It
+// returns the config and the files a registry version of the checkpoint
+// consists of: those, plus tokenizer_config.json, generation_config.json
+// and special_tokens_map.json where present.
+func CheckHFCheckpoint(dir string) (ModelConfig, []string, error) {
+	fail := func(err error) (ModelConfig, []string, error) {
+		return ModelConfig{}, nil, fmt.Errorf("check model %q: %w", dir, err)
+	}
+	cfg, err := ReadHFConfig(filepath.Join(dir, ConfigFile))
+	if err != nil {
+		return fail(err)
+	}
+	tok, err := LoadTokenizer(filepath.Join(dir, TokenizerFile))
+	if err != nil {
+		return fail(err)
+	}
+	if tok.VocabSize() > cfg.VocabSize {
+		return fail(fmt.Errorf("tokenizer has %d tokens, model only %d", tok.VocabSize(), cfg.VocabSize))
+	}
+	w, err := openHFWeights(dir)
+	if err != nil {
+		return fail(err)
+	}
+	defer w.close()
+	_, dims := weightShapes(cfg)
+	if err := w.check(dims, cfg.ignoredTensor); err != nil {
+		return fail(err)
+	}
+	weights, err := HFWeightFiles(dir)
+	if err != nil {
+		return fail(err)
+	}
+	files := append([]string{ConfigFile, TokenizerFile}, weights...)
+	for _, extra := range []string{"tokenizer_config.json", "generation_config.json", "special_tokens_map.json"} {
+		if _, err := os.Stat(filepath.Join(dir, extra)); err == nil {
+			files = append(files, extra)
+		}
+	}
+	return cfg, files, nil
 }
 
 // HFWeightFiles lists the weight files of the checkpoint in dir: the index
@@ -105,8 +156,13 @@ func readWeightsIndex(dir string) (map[string]string, error) {
 // hfWeights is a checkpoint's shards, memory-mapped and parsed.
 type hfWeights struct {
 	maps    [][]byte                           // to unmap
+	index   map[string]string                  // the index's weight_map; nil without one
 	shards  map[string]safetensors.SafeTensors // by file name
 	located map[string]string                  // tensor → shard file
+}
+
+func newHFWeights(index map[string]string) *hfWeights {
+	return &hfWeights{index: index, shards: map[string]safetensors.SafeTensors{}, located: map[string]string{}}
 }
 
 func openHFWeights(dir string) (_ *hfWeights, err error) {
@@ -114,7 +170,7 @@ func openHFWeights(dir string) (_ *hfWeights, err error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &hfWeights{shards: map[string]safetensors.SafeTensors{}, located: map[string]string{}}
+	w := newHFWeights(idx)
 	defer func() {
 		if err != nil {
 			w.close()
@@ -128,19 +184,12 @@ func openHFWeights(dir string) (_ *hfWeights, err error) {
 		if file == WeightsIndexFile {
 			continue
 		}
-		st, err := w.mapShard(filepath.Join(dir, file))
+		data, err := w.mapFile(filepath.Join(dir, file))
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", file, err)
 		}
-		w.shards[file] = st
-		for _, name := range st.Names() {
-			if other, dup := w.located[name]; dup {
-				return nil, fmt.Errorf("tensor %q in both %s and %s: %w", name, other, file, ErrBadWeights)
-			}
-			if idx != nil && idx[name] != file {
-				return nil, fmt.Errorf("tensor %q is in %s, the index says %q: %w", name, file, idx[name], ErrBadWeights)
-			}
-			w.located[name] = file
+		if err := w.addShard(file, data); err != nil {
+			return nil, err
 		}
 	}
 	for name, file := range idx {
@@ -151,44 +200,64 @@ func openHFWeights(dir string) (_ *hfWeights, err error) {
 	return w, nil
 }
 
-// mapShard memory-maps one safetensors file read-only and parses its
-// header; the library checks that the offsets tile the data exactly, so a
-// truncated or padded file is refused.
-func (w *hfWeights) mapShard(path string) (safetensors.SafeTensors, error) {
+// mapFile memory-maps one file read-only; close unmaps it.
+func (w *hfWeights) mapFile(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return safetensors.SafeTensors{}, err
+		return nil, err
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return safetensors.SafeTensors{}, err
+		return nil, err
 	}
 	if fi.Size() < 8 {
-		return safetensors.SafeTensors{}, fmt.Errorf("%d bytes, too short for a safetensors header: %w", fi.Size(), ErrBadWeights)
+		return nil, fmt.Errorf("%d bytes, too short for a safetensors header: %w", fi.Size(), ErrBadWeights)
 	}
 	if int64(int(fi.Size())) != fi.Size() {
-		return safetensors.SafeTensors{}, fmt.Errorf("%d bytes do not fit the address space: %w", fi.Size(), ErrBadWeights)
+		return nil, fmt.Errorf("%d bytes do not fit the address space: %w", fi.Size(), ErrBadWeights)
 	}
 	data, err := unix.Mmap(int(f.Fd()), 0, int(fi.Size()), unix.PROT_READ, unix.MAP_SHARED)
 	if err != nil {
-		return safetensors.SafeTensors{}, fmt.Errorf("mmap: %w", err)
+		return nil, fmt.Errorf("mmap: %w", err)
 	}
 	w.maps = append(w.maps, data)
-	st, err := safetensors.Deserialize(data)
-	if err != nil {
-		return safetensors.SafeTensors{}, fmt.Errorf("%w: %w", err, ErrBadWeights)
-	}
-	return st, nil
+	return data, nil
 }
 
-// check verifies, before any conversion, that the shards hold exactly the
-// tensors of cfg with its shapes and a supported dtype. Rotary tables that
-// old Llama checkpoints store, and lm_head.weight of a tied model, are
-// ignored.
-func (w *hfWeights) check(cfg ModelConfig) error {
-	names, dims := weightShapes(cfg)
-	for _, name := range names {
+// addShard parses the safetensors file named file, whose bytes are data,
+// and records where its tensors are. The library checks that the offsets
+// tile the data exactly, so a truncated or padded file is refused.
+func (w *hfWeights) addShard(file string, data []byte) error {
+	st, err := safetensors.Deserialize(data)
+	if err != nil {
+		return fmt.Errorf("%s: %w: %w", file, err, ErrBadWeights)
+	}
+	w.shards[file] = st
+	for _, name := range st.Names() {
+		if other, dup := w.located[name]; dup {
+			return fmt.Errorf("tensor %q in both %s and %s: %w", name, other, file, ErrBadWeights)
+		}
+		if w.index != nil && w.index[name] != file {
+			return fmt.Errorf("tensor %q is in %s, the index says %q: %w", name, file, w.index[name], ErrBadWeights)
+		}
+		w.located[name] = file
+	}
+	return nil
+}
+
+// ignoredTensor reports a tensor a checkpoint may hold beyond c's weights:
+// the rotary tables old Llama checkpoints store, and lm_head.weight when
+// the head is tied to the embeddings.
+func (c ModelConfig) ignoredTensor(name string) bool {
+	return strings.HasSuffix(name, ".rotary_emb.inv_freq") || name == "lm_head.weight" && !c.UntiedHead
+}
+
+// check verifies, before any conversion, that the shards hold every tensor
+// of want with its shape and a supported dtype, and nothing else but what
+// ignored allows.
+func (w *hfWeights) check(want map[string][]int, ignored func(name string) bool) error {
+	for _, name := range slices.Sorted(maps.Keys(want)) {
 		file, ok := w.located[name]
 		if !ok {
 			return fmt.Errorf("tensor %q missing: %w", name, ErrBadWeights)
@@ -203,17 +272,13 @@ func (w *hfWeights) check(cfg ModelConfig) error {
 		for i, d := range tv.Shape() {
 			shape[i] = int(d)
 		}
-		if !slices.Equal(shape, dims[name]) {
-			return fmt.Errorf("%s: tensor %q has shape %v, the config wants %v: %w", file, name, shape, dims[name], ErrBadWeights)
+		if !slices.Equal(shape, want[name]) {
+			return fmt.Errorf("%s: tensor %q has shape %v, the config wants %v: %w", file, name, shape, want[name], ErrBadWeights)
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(w.located)) {
-		file := w.located[name]
-		_, known := dims[name]
-		switch {
-		case known, strings.HasSuffix(name, ".rotary_emb.inv_freq"), name == "lm_head.weight" && !cfg.UntiedHead:
-		default:
-			return fmt.Errorf("%s: tensor %q is not part of the configured architecture: %w", file, name, ErrBadWeights)
+		if _, known := want[name]; !known && !ignored(name) {
+			return fmt.Errorf("%s: tensor %q is not part of the configured architecture: %w", w.located[name], name, ErrBadWeights)
 		}
 	}
 	return nil

@@ -552,7 +552,7 @@ func (c *Cycle) groundTruthPrompts(pop *simulator.Population) []rl.Prompt {
 // publish saves the trained model with its manifest and curves and puts
 // it into the registry as the next version, atomically.
 func (c *Cycle) publish(ctx context.Context, reg *registry.Local, res *CycleResult, m *inference.Model, tok *inference.Tokenizer, ds []schema.Dialogue) error {
-	version, err := nextVersion(ctx, reg, c.cfg.Model)
+	version, err := registry.NextVersion(ctx, reg, c.cfg.Model)
 	if err != nil {
 		return fmt.Errorf("at-grpo cycle: %w", err)
 	}

@@ -718,7 +718,7 @@ func publishModel(ctx context.Context, root, version, scratch string, m *inferen
 		return schema.Manifest{}, err
 	}
 	if version == "" {
-		if version, err = nextVersion(ctx, reg, man.Model); err != nil {
+		if version, err = registry.NextVersion(ctx, reg, man.Model); err != nil {
 			return schema.Manifest{}, err
 		}
 	}
@@ -733,19 +733,4 @@ func publishModel(ctx context.Context, root, version, scratch string, m *inferen
 		return schema.Manifest{}, fmt.Errorf("publish %s/%s: %w", man.Model, version, err)
 	}
 	return reg.Publish(ctx, man.Model, version, dir)
-}
-
-// nextVersion returns "v<N+1>" for the highest "v<N>" of model.
-func nextVersion(ctx context.Context, reg registry.Store, model string) (string, error) {
-	mans, err := reg.List(ctx, model)
-	if err != nil {
-		return "", fmt.Errorf("list versions of %s: %w", model, err)
-	}
-	top := 0
-	for _, m := range mans {
-		if n, err := strconv.Atoi(strings.TrimPrefix(m.Version, "v")); err == nil && strings.HasPrefix(m.Version, "v") {
-			top = max(top, n)
-		}
-	}
-	return fmt.Sprintf("v%d", top+1), nil
 }

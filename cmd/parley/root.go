@@ -52,6 +52,7 @@ upper case with dashes as underscores (--data-dir → PARLEY_DATA_DIR). Flags wi
 		newExperimentCmd(&g),
 		newBenchCmd(),
 		newCorpusCmd(),
+		newModelsCmd(),
 		newVersionCmd(),
 	)
 	return root
