@@ -393,6 +393,12 @@ func (d *cpuDecoder) forward(toks, rows, pos, sel []int, logits []float32) {
 	}
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	tokGrain := max(1, n/16)
+	// oneEach: every token is in a row of its own (rows increase), as in
+	// a decode step.
+	oneEach := true
+	for j := 1; j < n; j++ {
+		oneEach = oneEach && rows[j] > rows[j-1]
+	}
 	for l := range w.layers {
 		ly := &w.layers[l]
 		kc, vc := d.k[l], d.v[l]
@@ -401,7 +407,7 @@ func (d *cpuDecoder) forward(toks, rows, pos, sel []int, logits []float32) {
 		}
 		d.matmul(qkv, hn, &ly.qkv, n, false)
 		// Rotate queries and keys, write keys and values to the cache.
-		d.pool.run(n, tokGrain, func(lo, hi int) {
+		store := func(lo, hi int) {
 			for j := lo; j < hi; j++ {
 				cs := w.cos[pos[j]*half : (pos[j]+1)*half]
 				sn := w.sin[pos[j]*half : (pos[j]+1)*half]
@@ -417,9 +423,9 @@ func (d *cpuDecoder) forward(toks, rows, pos, sel []int, logits []float32) {
 					copy(vc[base+pos[j]*hd:base+(pos[j]+1)*hd], t[2*D+h*hd:2*D+(h+1)*hd])
 				}
 			}
-		})
+		}
 		// Causal attention of each token over its row's cache.
-		d.pool.run(n, tokGrain, func(lo, hi int) {
+		attend := func(lo, hi int) {
 			scores := make([]float32, (d.length+31)/32*32)
 			for j := lo; j < hi; j++ {
 				for h := range H {
@@ -428,7 +434,17 @@ func (d *cpuDecoder) forward(toks, rows, pos, sel []int, logits []float32) {
 					attendRow(att[j*D+h*hd:j*D+(h+1)*hd], q, kc[base:], vc[base:], d.length, scores[:pos[j]+1], scale)
 				}
 			}
-		})
+		}
+		if oneEach {
+			// No token reads another's key: one pass over the pool.
+			d.pool.run(n, tokGrain, func(lo, hi int) {
+				store(lo, hi)
+				attend(lo, hi)
+			})
+		} else {
+			d.pool.run(n, tokGrain, store)
+			d.pool.run(n, tokGrain, attend)
+		}
 		d.matmul(x, att, &ly.o, n, true)
 		for j := range n {
 			rmsNormRow(hn[j*D:(j+1)*D], x[j*D:(j+1)*D], ly.mlpNorm, eps)
