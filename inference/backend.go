@@ -119,3 +119,21 @@ func (c ModelConfig) CPUKernelsSupport() error {
 	}
 	return fmt.Errorf("the CPU kernels do not implement %s, use the gomlx decoder and trainer: %w", feature, ErrUnsupported)
 }
+
+// ResolveModelTrainer is ResolveTrainer for the model m: it also keeps the
+// native trainer, which runs on the CPU kernels, off an architecture they do
+// not implement (CPUKernelsSupport), defaulting to gomlx there and refusing
+// an explicit native with an error wrapping ErrUnsupported.
+func ResolveModelTrainer(choice string, m *Model) (string, error) {
+	kind, err := ResolveTrainer(choice, m.bcfg)
+	if err != nil || kind != TrainerNative {
+		return kind, err
+	}
+	if err := m.cfg.CPUKernelsSupport(); err != nil {
+		if choice == "" {
+			return TrainerGoMLX, nil
+		}
+		return "", fmt.Errorf("trainer %s: %w", TrainerNative, err)
+	}
+	return kind, nil
+}
