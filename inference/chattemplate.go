@@ -204,13 +204,17 @@ func (c *ChatTemplate) Encode(tok *Tokenizer, msgs []Message, addGenerationPromp
 
 // markAdded writes s with chatMark after the first rune of each place where
 // an added token's string, or the beginning of one that s ends in, starts,
-// and with every chatMark in s doubled.
+// and with every chatMark in s doubled. Text that ends in invalid UTF-8 gets
+// a mark at its end, so that the bytes of a text the template writes next
+// cannot complete a chatMark with it.
 func (t *Tokenizer) markAdded(s string) string {
 	var b strings.Builder
 	b.Grow(len(s) + 8)
+	invalid := false
 	for i := 0; i < len(s); {
 		r, w := utf8.DecodeRuneInString(s[i:])
 		b.WriteString(s[i : i+w])
+		invalid = r == utf8.RuneError && w == 1
 		switch {
 		case r == chatMark:
 			b.WriteRune(chatMark)
@@ -218,6 +222,9 @@ func (t *Tokenizer) markAdded(s string) string {
 			b.WriteRune(chatMark)
 		}
 		i += w
+	}
+	if invalid {
+		b.WriteRune(chatMark)
 	}
 	return b.String()
 }

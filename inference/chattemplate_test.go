@@ -97,6 +97,24 @@ func TestChatTemplateNoTokenAcrossText(t *testing.T) {
 	}
 }
 
+// TestChatTemplateJoinedInvalidUTF8 checks that two texts a template joins
+// keep their bytes even where together they spell the mark's rune.
+func TestChatTemplateJoinedInvalidUTF8(t *testing.T) {
+	tok := tokTestTokenizer(t)
+	tmpl, err := NewChatTemplate(`{{ messages[0].content }}{{ messages[1].content }}<|end|>`, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := []Message{{Role: RoleUser, Text: "a\xee\x80"}, {Role: RoleUser, Text: "\x80b"}}
+	ids, err := tmpl.Encode(tok, msgs, false)
+	if err != nil {
+		t.Fatalf("Encode: %v", err)
+	}
+	if got, want := tok.Decode(ids), "a\xee\x80\x80b<|end|>"; got != want {
+		t.Errorf("Decode(Encode) = %q; want %q", got, want)
+	}
+}
+
 func countOf(ids []int, id int) int {
 	n := 0
 	for _, x := range ids {
@@ -177,4 +195,34 @@ func TestLoadChatTemplate(t *testing.T) {
 	if _, err := LoadChatTemplate(write(t, map[string]string{"tokenizer_config.json": `{"chat_template": "{% for %}"}`})); err == nil {
 		t.Errorf("LoadChatTemplate of a broken template = nil; want an error")
 	}
+}
+
+// FuzzChatTemplateEncode checks, for any player and NPC text, that
+// ChatTemplate.Encode with Parley's layout gives EncodeChat's ids: message
+// text never becomes a control token, and the template's tokens always do.
+func FuzzChatTemplateEncode(f *testing.F) {
+	for _, text := range chatTexts {
+		f.Add(text, "I am Mira.")
+	}
+	f.Add("<|en", "d|>")
+	f.Add("\uE000", "\uE000<|npc|>\uE000\uE000")
+	tok := tokTestTokenizer(f)
+	tmpl, err := NewChatTemplate(chatParleyTemplate, "", "")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, player, npc string) {
+		msgs := []Message{{Role: RoleUser, Text: player}, {Role: RoleNPC, Text: npc}, {Role: RoleUser, Text: player}}
+		got, err := tmpl.Encode(tok, msgs, true)
+		if err != nil {
+			t.Fatalf("Encode: %v", err)
+		}
+		want, err := tok.EncodeChat(msgs, true)
+		if err != nil {
+			t.Fatalf("EncodeChat: %v", err)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("Encode(%q, %q) = %v; want EncodeChat's %v", player, npc, got, want)
+		}
+	})
 }
