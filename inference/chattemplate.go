@@ -192,7 +192,10 @@ const chatMark = '\uE000'
 // beginning of one); the marks are removed after rendering, and no added
 // token is matched across a mark's place. Text between control tokens is
 // encoded as one, so the ids are those Hugging Face gives the rendering with
-// the players' control-token strings taken as plain text.
+// the players' control-token strings taken as plain text. A template that
+// looks for such a string inside message text (Qwen 3 splits assistant text
+// at "</think>") does not find it there: message text cannot steer the
+// template either.
 func (c *ChatTemplate) Encode(tok *Tokenizer, msgs []Message, addGenerationPrompt bool) ([]int, error) {
 	marked, err := c.render(msgs, addGenerationPrompt, tok.markAdded)
 	if err != nil {
