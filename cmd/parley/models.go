@@ -29,7 +29,7 @@ func newModelsImportCmd() *cobra.Command {
 safetensors weights (bf16, f16 or f32, one file or shards with model.safetensors.index.json)
 — and publish it to the registry as the next version of --name (or --version), with the
 sha256 of every file in its manifest. Nothing is downloaded. The version is then like any
-other: canary it with 'parley ctl canary --version V --weight 5'.
+other: canary it with 'parley ctl canary V --weight 5'.
 
 The check reads config.json (architectures LlamaForCausalLM or Qwen2ForCausalLM; an
 unsupported field is named), loads the tokenizer and matches every tensor's name, dtype and
