@@ -164,14 +164,22 @@ ETA: a bar on a terminal, a line every few seconds when stderr is a file or a pi
 func newEvalCmd() *cobra.Command {
 	var (
 		role, corpus, registryDir, model, version, out string
+		check                                          = learner.DefaultPlayerCheckConfig()
 	)
+	check.Players = 0
 	cmd := &cobra.Command{
 		Use:   "eval --corpus F.jsonl --role npc|user --version V",
 		Short: "Measure a model on the held-out players of a corpus: PPL, Dist-1/2, Avg.words, ρ",
 		Long: `Measure a registry version on the held-out players of a corpus (the same split as
 training): PPL, Dist-1, Dist-2, average words per turn and, for the user agent, ρ (the
 Pearson correlation of simulated and real exchange lengths) and the log-loss of its
-[Continue]/[Terminate] decision. Prints a Markdown table; --out also writes JSON.`,
+[Continue]/[Terminate] decision. Prints a Markdown table; --out also writes JSON.
+
+With --players N (role npc) it lets the NPC talk to N held-out players of the ground-truth
+population instead, sampled as the gateway serves it, and reports the share of well-formed
+replies (whole words of the corpus's vocabulary, no repeats, a closing mark) and the
+players' mean hazard after the first reply beside the scripted generic NPC's on the same
+openings, with 95 % bootstrap intervals, then --samples of the conversations.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			r := learner.Role(role)
@@ -192,6 +200,19 @@ Pearson correlation of simulated and real exchange lengths) and the log-loss of 
 			if _, err := reg.Verify(cmd.Context(), model, version); err != nil {
 				return err
 			}
+			if check.Players > 0 {
+				if r != learner.RoleNPC {
+					return fmt.Errorf("eval: --players measures the npc role, not %q", r)
+				}
+				c, err := learner.CheckNPC(cmd.Context(), reg.Dir(model, version), simulator.CorpusVocabulary(dialogues), check, nil)
+				if err != nil {
+					return err
+				}
+				if err := learner.WritePlayerCheck(cmd.OutOrStdout(), model+"/"+version, c); err != nil {
+					return err
+				}
+				return writeJSONFile(out, c)
+			}
 			m, err := learner.EvaluateModel(cmd.Context(), reg.Dir(model, version), dialogues,
 				learner.EvalOptionsFrom(learner.DefaultSFTConfig(r)), nil)
 			if err != nil {
@@ -210,6 +231,13 @@ Pearson correlation of simulated and real exchange lengths) and the log-loss of 
 	f.StringVar(&model, "model", "", "registry model (default: npc or user-agent by role)")
 	f.StringVar(&version, "version", "", "version to measure (required)")
 	f.StringVar(&out, "out", "", "also write the metrics as JSON to this file")
+	f.IntVar(&check.Players, "players", check.Players, "talk to this many held-out players of the population instead (npc; 0: off)")
+	f.Uint64Var(&check.PopulationSeed, "population-seed", check.PopulationSeed, "seed of the population the --players are drawn from")
+	f.IntVar(&check.MaxTurns, "max-turns", check.MaxTurns, "most exchanges with each of --players")
+	f.Float32Var(&check.Sampling.Temperature, "temperature", check.Sampling.Temperature, "sampling temperature of the NPC's replies (with --players)")
+	f.IntVar(&check.Sampling.TopK, "top-k", check.Sampling.TopK, "top-k of the NPC's replies (with --players; 0: all)")
+	f.IntVar(&check.Samples, "samples", check.Samples, "conversations to print (with --players)")
+	f.Uint64Var(&check.Seed, "seed", check.Seed, "seed of the conversations, the replies and the bootstrap (with --players)")
 	for _, name := range []string{"corpus", "role", "version"} {
 		_ = cmd.MarkFlagRequired(name)
 	}

@@ -8,7 +8,8 @@ import (
 )
 
 // TestCorpusTrainEval runs the bootstrap path a studio would: generate a
-// corpus, fine-tune the dialogue agent on it, evaluate the published version.
+// corpus, fine-tune the dialogue agent on it, evaluate the published version
+// on the corpus and against held-out players.
 func TestCorpusTrainEval(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains the default-size model for a few steps (about a minute on 2 cores)")
@@ -34,6 +35,16 @@ func TestCorpusTrainEval(t *testing.T) {
 	}
 	if !strings.Contains(out, "| npc/v1 |") {
 		t.Errorf("eval output lacks the metrics row:\n%s", out)
+	}
+	out, err = run(ctx, "eval", "--corpus", corpus, "--role", "npc", "--registry", reg, "--version", "v1",
+		"--players", "4", "--max-turns", "2", "--samples", "1")
+	if err != nil {
+		t.Fatalf("eval --players: %v\n%s", err, out)
+	}
+	for _, want := range []string{"on 4 held-out players", "well-formed replies", "scripted generic NPC", "player: "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("eval --players output lacks %q:\n%s", want, out)
+		}
 	}
 	if _, err := run(ctx, "eval", "--corpus", corpus, "--role", "npc", "--registry", reg, "--version", "v9"); err == nil {
 		t.Error("eval of a missing version succeeded; want an error")
