@@ -46,6 +46,7 @@ type owReference struct {
 	Templates map[string][]struct {
 		Generation bool   `json:"generation"`
 		Text       string `json:"text"`
+		IDs        []int  `json:"ids"` // the rendering's encoding, for owModels' templates
 	} `json:"templates"`
 }
 
@@ -255,7 +256,10 @@ func owMessages(d []struct {
 // TestOpenWeightsChatTemplate renders 42 dialogues in the chat templates of
 // Llama 3 and Qwen 3 (from the packages' tokenizer_config.json) and of Llama
 // 3.1, Qwen 2.5 and SmolLM2 (testdata/chat_templates), with and without the
-// generation prompt, and checks the text against @huggingface/jinja's.
+// generation prompt, and checks the text against @huggingface/jinja's; for
+// the packages' own templates, ChatTemplate.Encode's ids against Hugging
+// Face's encoding of that text (apply_chat_template with tokenize=True) where
+// no message holds a control-token string.
 func TestOpenWeightsChatTemplate(t *testing.T) {
 	ref := owLoadReference(t)
 	dirs := map[string]string{}
@@ -279,19 +283,53 @@ func TestOpenWeightsChatTemplate(t *testing.T) {
 			if len(want) != 2*len(ref.Dialogues) {
 				t.Fatalf("reference has %d renderings of %d dialogues", len(want), len(ref.Dialogues))
 			}
+			var tok *inference.Tokenizer
+			if _, ok := owModels[name]; ok {
+				tok = owTokenizer(t, name)
+			}
+			encoded := 0
 			for i, d := range ref.Dialogues {
+				msgs := owMessages(d)
 				for _, w := range want[2*i : 2*i+2] {
-					got, err := tmpl.Render(owMessages(d), w.Generation)
+					got, err := tmpl.Render(msgs, w.Generation)
 					if err != nil {
 						t.Fatalf("Render(dialogue %d, %v): %v", i, w.Generation, err)
 					}
 					if got != w.Text {
 						t.Errorf("Render(dialogue %d, %v) =\n%q\n@huggingface/jinja gives\n%q", i, w.Generation, got, w.Text)
 					}
+					if tok == nil || owHasControl(tok, msgs) {
+						continue // Hugging Face would turn the text's control strings into tokens
+					}
+					ids, err := tmpl.Encode(tok, msgs, w.Generation)
+					if err != nil {
+						t.Fatalf("Encode(dialogue %d, %v): %v", i, w.Generation, err)
+					}
+					if !slices.Equal(ids, w.IDs) {
+						t.Errorf("Encode(dialogue %d, %v) = %v;\nHugging Face's apply_chat_template gives %v", i, w.Generation, ids, w.IDs)
+					}
+					encoded++
 				}
+			}
+			if tok != nil {
+				t.Logf("ids identical to Hugging Face's on %d renderings", encoded)
+			}
+			if tok != nil && encoded < 20 {
+				t.Errorf("only %d renderings were free of control strings to compare ids on; want 20 or more", encoded)
 			}
 		})
 	}
+}
+
+// owHasControl reports whether a message's text holds an added token's
+// string, which Encode and EncodeOrdinary then encode differently.
+func owHasControl(tok *inference.Tokenizer, msgs []inference.Message) bool {
+	for _, m := range msgs {
+		if !slices.Equal(tok.Encode(m.Text), tok.EncodeOrdinary(m.Text)) {
+			return true
+		}
+	}
+	return false
 }
 
 // TestOpenWeightsChatTemplateNoInjection checks that a player who writes a

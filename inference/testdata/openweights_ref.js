@@ -8,7 +8,10 @@
 //
 //   {"texts": [...], "tokenizers": {"llama3": [[ids]...], "qwen3": [...], "digits": [...]},
 //    "dialogues": [[{role, content}]...],
-//    "templates": {"llama3": [{"generation": bool, "text": "..."}...], ...}}
+//    "templates": {"llama3": [{"generation": bool, "text": "...", "ids": [...]}...], ...}}
+//
+// ids, the rendering's encoding as transformers' apply_chat_template gives
+// it, only for the templates of the two packages.
 //
 // The test runs it as
 //
@@ -138,9 +141,10 @@ async function main() {
     files[name] = path.join(dir, "tokenizer.json");
     templates[name] = chatTemplate(dir);
   }
+  const toks = {};
   for (const [name, file] of Object.entries(files)) {
-    const tok = Tokenizer.fromFile(file);
-    const encs = await tok.encodeBatch(texts, { addSpecialTokens: false });
+    toks[name] = Tokenizer.fromFile(file);
+    const encs = await toks[name].encodeBatch(texts, { addSpecialTokens: false });
     out.tokenizers[name] = encs.map((e) => Array.from(e.getIds()));
   }
   fs.rmSync(path.dirname(files.digits), { recursive: true, force: true });
@@ -152,10 +156,14 @@ async function main() {
     out.templates[name] = [];
     for (const messages of out.dialogues) {
       for (const generation of [false, true]) {
-        out.templates[name].push({
-          generation,
-          text: tmpl.render({ messages, add_generation_prompt: generation, bos_token: t.bos_token, eos_token: t.eos_token }),
-        });
+        const text = tmpl.render({ messages, add_generation_prompt: generation, bos_token: t.bos_token, eos_token: t.eos_token });
+        const r = { generation, text };
+        if (toks[name]) {
+          // apply_chat_template(tokenize=True): the rendering encoded without
+          // added special tokens.
+          r.ids = Array.from((await toks[name].encode(text, null, { addSpecialTokens: false })).getIds());
+        }
+        out.templates[name].push(r);
       }
     }
   }
