@@ -15,14 +15,11 @@ import (
 // and room for maxTokens of reply. Older exchanges are dropped first; a user
 // message that does not fit even alone is ErrTooLarge.
 func buildPrompt(tok *inference.Tokenizer, p Persona, history []schema.Exchange, user string, contextTokens, maxTokens int) ([]int, error) {
-	encode := func(msgs ...inference.Message) ([]int, error) {
-		ids, err := tok.EncodeChat(msgs, false)
-		if err != nil {
-			return nil, fmt.Errorf("build prompt: %w", err)
-		}
-		return ids, nil
+	head := [2]inference.Message{{Role: inference.RoleSystem, Text: p.Card}}
+	if p.Greeting != "" {
+		head[1] = inference.Message{Role: inference.RoleNPC, Text: p.Greeting}
 	}
-	headIDs, err := heads.get(tok, p)
+	headIDs, err := encoded.get(tok, head)
 	if err != nil {
 		return nil, fmt.Errorf("build prompt: %w", err)
 	}
@@ -38,11 +35,10 @@ func buildPrompt(tok *inference.Tokenizer, p Persona, history []schema.Exchange,
 	var parts [][]int
 	for i := len(history) - 1; i >= 0; i-- {
 		x := history[i]
-		ids, err := encode(
-			inference.Message{Role: inference.RoleUser, Text: x.User},
-			inference.Message{Role: inference.RoleNPC, Text: x.NPC})
+		ids, err := encoded.get(tok, [2]inference.Message{
+			{Role: inference.RoleUser, Text: x.User}, {Role: inference.RoleNPC, Text: x.NPC}})
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("build prompt: %w", err)
 		}
 		if len(ids) > budget {
 			break
@@ -106,46 +102,49 @@ func chatPrompt(tok *inference.Tokenizer, defaultCard string, msgs []schema.Chat
 	return append(prompt, npc), nil
 }
 
-// heads caches the encoded system turn and greeting of each persona per
-// tokenizer: the same for every message of a persona, and the longest part
-// of its prompt to encode.
-var heads headCache
+// encoded caches the encoded turns that every message of a session encodes
+// again: the persona's system turn and greeting, and each exchange of the
+// history, which the next MaxHistory messages all put in their prompts.
+var encoded turnCache
 
-// headCacheSize bounds the cache; it is emptied when full. Each model
-// version brings its tokenizer, so a long-running gateway that swapped
-// versions many times would otherwise keep their personas' heads.
-const headCacheSize = 256
+// turnCacheSize bounds the cache; it is emptied when full. An entry holds
+// its texts (an exchange is at most MaxMessageBytes and a reply) and their
+// token ids, so the cache stays under a few MB.
+const turnCacheSize = 4096
 
-type headKey struct {
-	tok            *inference.Tokenizer
-	card, greeting string
+// turnKey is a pair of turns under a tokenizer (each model version brings
+// its own); a single turn has a zero second one.
+type turnKey struct {
+	tok   *inference.Tokenizer
+	turns [2]inference.Message
 }
 
-type headCache struct {
+type turnCache struct {
 	mu  sync.Mutex
-	ids map[headKey][]int
+	ids map[turnKey][]int
 }
 
-// get returns p's encoded head under tok; callers must not modify it.
-func (c *headCache) get(tok *inference.Tokenizer, p Persona) ([]int, error) {
-	k := headKey{tok, p.Card, p.Greeting}
+// get returns the encoding of turns (the second skipped when zero) under
+// tok; callers must not modify it.
+func (c *turnCache) get(tok *inference.Tokenizer, turns [2]inference.Message) ([]int, error) {
+	k := turnKey{tok, turns}
 	c.mu.Lock()
 	ids, ok := c.ids[k]
 	c.mu.Unlock()
 	if ok {
 		return ids, nil
 	}
-	head := []inference.Message{{Role: inference.RoleSystem, Text: p.Card}}
-	if p.Greeting != "" {
-		head = append(head, inference.Message{Role: inference.RoleNPC, Text: p.Greeting})
+	msgs := turns[:]
+	if turns[1] == (inference.Message{}) {
+		msgs = turns[:1]
 	}
-	ids, err := tok.EncodeChat(head, false)
+	ids, err := tok.EncodeChat(msgs, false)
 	if err != nil {
 		return nil, err
 	}
 	c.mu.Lock()
-	if c.ids == nil || len(c.ids) >= headCacheSize {
-		c.ids = make(map[headKey][]int)
+	if c.ids == nil || len(c.ids) >= turnCacheSize {
+		c.ids = make(map[turnKey][]int)
 	}
 	c.ids[k] = ids
 	c.mu.Unlock()

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -44,5 +45,28 @@ func TestBuildPromptKeepsTheNewestExchangesThatFit(t *testing.T) {
 	// A message too long for the context is too large.
 	if _, err := buildPrompt(tok, p, nil, strings.Repeat("dragon ", 300), maxSeq, reserve); err == nil {
 		t.Error("a message longer than the context built a prompt")
+	}
+}
+
+// TestBuildPromptFromTheCacheIsTheWholeEncoding builds the same prompt twice,
+// the second time from cached turns: both are the encoding of the whole
+// conversation at once.
+func TestBuildPromptFromTheCacheIsTheWholeEncoding(t *testing.T) {
+	tok := testTokenizer(t)
+	p := testConfig("x").Personas["mira"]
+	hist := []schema.Exchange{{Turn: 1, User: "hello there", NPC: "well met"}, {Turn: 2, User: "any news?", NPC: ""}}
+	msgs := []inference.Message{{Role: inference.RoleSystem, Text: p.Card}, {Role: inference.RoleNPC, Text: p.Greeting}}
+	for _, x := range hist {
+		msgs = append(msgs, inference.Message{Role: inference.RoleUser, Text: x.User}, inference.Message{Role: inference.RoleNPC, Text: x.NPC})
+	}
+	want, err := tok.EncodeChat(append(msgs, inference.Message{Role: inference.RoleUser, Text: "and now?"}), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		got, err := buildPrompt(tok, p, hist, "and now?", 1024, 32)
+		if err != nil || !slices.Equal(got, want) {
+			t.Errorf("build %d = %v, %v; want %v", i+1, got, err, want)
+		}
 	}
 }
