@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -411,5 +412,44 @@ func TestOpenWeightsTrainerChoice(t *testing.T) {
 	}
 	if kind, err := ResolveModelTrainer("", newTinyModel(t, 1)); err != nil || kind != TrainerNative {
 		t.Errorf("default trainer for Parley's layout = %q, %v; want %q", kind, err, TrainerNative)
+	}
+}
+
+// TestOpenWeightsEngineGenerates serves an imported architecture through
+// the Engine, as the gateway does: the default decoder is GoMLX and greedy
+// generation matches a greedy loop over the full forward.
+func TestOpenWeightsEngineGenerates(t *testing.T) {
+	tok := tinyTokenizer(t)
+	cfg := gqaTestConfig()
+	cfg.VocabSize = tok.VocabSize()
+	m, err := NewModel(cfg, DefaultBackendConfig(), 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := NewEngine(m, tok, DefaultEngineConfig(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := e.Start()
+	defer stop()
+	prompt := []int{5, 17, 42, 8, 99}
+	s, err := e.Generate(t.Context(), Request{Prompt: prompt, MaxTokens: 6, Stop: []int{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq := append([]int(nil), prompt...)
+	for range 6 {
+		l, err := m.LastLogits([][]int{seq})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seq = append(seq, argmax(l[0]))
+	}
+	if !slices.Equal(res.Tokens, seq[len(prompt):]) {
+		t.Fatalf("engine generated %v; the full forward greedily gives %v", res.Tokens, seq[len(prompt):])
 	}
 }
