@@ -169,7 +169,7 @@ func TestGemv32MatchesGo(t *testing.T) {
 func TestQKScoresMatchesNaive(t *testing.T) {
 	forEachDecodeKernel(t, func(t *testing.T) {
 		rng := rand.New(rand.NewPCG(11, 12))
-		for _, tc := range []struct{ hd, stride, n int }{{1, 1, 1}, {32, 128, 65}, {10, 40, 33}, {7, 16, 16}, {32, 96, 96}, {3, 50, 17}} {
+		for _, tc := range []struct{ hd, stride, n int }{{1, 1, 1}, {32, 128, 65}, {10, 40, 33}, {7, 16, 16}, {32, 96, 96}, {3, 50, 17}, {5, 200, 190}, {2, 64, 64}, {4, 130, 129}} {
 			q, kt := randSlice(rng, tc.hd), randSlice(rng, tc.hd*tc.stride)
 			got := make([]float32, (tc.n+31)/32*32)[:tc.n]
 			qkScores(got, q, kt, tc.stride)
