@@ -26,7 +26,9 @@ import (
 )
 
 // EventSink receives the session events of the gateway (the Kafka session
-// logger in production). Publish returns once the event is durable.
+// logger in production). Publish returns once the event is as durable as
+// the sink promises (sessionlog: at once past a crash of the process, and
+// past a power loss once its commit window is over).
 type EventSink interface {
 	Publish(ctx context.Context, ev schema.SessionEvent) error
 }

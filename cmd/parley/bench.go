@@ -64,6 +64,7 @@ func newBenchBrokerCmd() *cobra.Command {
 func newBenchGatewayCmd() *cobra.Command {
 	cfg := bench.DefaultGatewayConfig()
 	var out, redisAddr, checkpoint string
+	commitWindow := sessionlog.DefaultConfig().CommitWindow
 	cmd := &cobra.Command{
 		Use:   "gateway --redis-addr HOST:PORT [--out FILE.json]",
 		Short: "Requests/s and latency percentiles at 1, 16 and 64 sessions; stub vs real model; Kafka logging on vs off",
@@ -94,6 +95,7 @@ prefix, deleted afterwards.`,
 			defer kafka.Close()
 			lcfg := sessionlog.DefaultConfig()
 			lcfg.Brokers, lcfg.SpoolDir = kafka.ListenAddrs(), filepath.Join(os.TempDir(), fmt.Sprintf("parley-bench-spool-%d", os.Getpid()))
+			lcfg.CommitWindow = commitWindow
 			defer os.RemoveAll(lcfg.SpoolDir)
 			events, err := sessionlog.New(lcfg, nil, nil, nil)
 			if err != nil {
@@ -116,6 +118,7 @@ prefix, deleted afterwards.`,
 	f.StringVar(&checkpoint, "checkpoint", "", "registry version directory of the real model (default: a random default-size model)")
 	f.IntSliceVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "concurrent sessions measured")
 	f.DurationVar(&cfg.Duration, "duration", cfg.Duration, "time per point")
+	f.DurationVar(&commitWindow, "spool-commit-window", commitWindow, "the spool's commit window with logging on (0: every event waits for its fsync)")
 	f.StringVar(&out, "out", "", "write the report as JSON to this file")
 	return cmd
 }

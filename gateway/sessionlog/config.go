@@ -28,10 +28,23 @@ type Config struct {
 	SpoolMaxBytes int64
 	// SegmentBytes is the size at which the spool starts a new segment file.
 	SegmentBytes int64
+	// CommitWindow is how long an accepted event may wait for the fsync
+	// that puts it on the disk for good. 0: Publish returns only after that
+	// fsync (concurrent publishes share one), so an event it accepted
+	// survives a power loss. Positive: Publish returns once the event is
+	// written to the spool's segment file, where it survives the gateway
+	// process dying, and a background commit fsyncs every event written
+	// within the window together, each within the window plus two fsyncs of
+	// its Publish; a power loss or kernel crash can lose those.
+	CommitWindow time.Duration
 
 	// BatchMaxEvents and BatchMaxBytes bound one write to Kafka.
 	BatchMaxEvents int
 	BatchMaxBytes  int64
+	// Linger is how long the drain, woken by a Publish into an empty spool,
+	// waits for more events before it writes to Kafka, so that a trickle of
+	// events goes out in batches rather than one produce request each.
+	Linger time.Duration
 	// WriteTimeout bounds one write to Kafka, acknowledgement included.
 	WriteTimeout time.Duration
 	// RetryBackoffMin and RetryBackoffMax bound the wait between failed
@@ -44,15 +57,18 @@ type Config struct {
 }
 
 // DefaultConfig writes to schema.SessionsTopic with a 1 GiB spool of 16 MiB
-// segments; Brokers and SpoolDir must be set.
+// segments, fsync'd in a 5 ms commit window, and batches a trickle of events
+// over 10 ms; Brokers and SpoolDir must be set.
 func DefaultConfig() Config {
 	return Config{
 		Topic:                  schema.SessionsTopic,
 		AllowAutoTopicCreation: true,
 		SpoolMaxBytes:          1 << 30,
 		SegmentBytes:           16 << 20,
+		CommitWindow:           5 * time.Millisecond,
 		BatchMaxEvents:         1000,
 		BatchMaxBytes:          512 << 10,
+		Linger:                 10 * time.Millisecond,
 		WriteTimeout:           10 * time.Second,
 		RetryBackoffMin:        100 * time.Millisecond,
 		RetryBackoffMax:        5 * time.Second,
@@ -79,10 +95,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("sessionlog: spool max bytes %d must be positive", c.SpoolMaxBytes)
 	case c.SegmentBytes <= 0 || c.SegmentBytes > c.SpoolMaxBytes:
 		return fmt.Errorf("sessionlog: segment bytes %d must be positive and at most spool max bytes %d", c.SegmentBytes, c.SpoolMaxBytes)
+	case c.CommitWindow < 0:
+		return fmt.Errorf("sessionlog: commit window %s must not be negative", c.CommitWindow)
 	case c.BatchMaxEvents < 1:
 		return fmt.Errorf("sessionlog: batch max events %d must be at least 1", c.BatchMaxEvents)
 	case c.BatchMaxBytes < 1:
 		return fmt.Errorf("sessionlog: batch max bytes %d must be at least 1", c.BatchMaxBytes)
+	case c.Linger < 0:
+		return fmt.Errorf("sessionlog: linger %s must not be negative", c.Linger)
 	case c.WriteTimeout <= 0:
 		return fmt.Errorf("sessionlog: write timeout %s must be positive", c.WriteTimeout)
 	case c.RetryBackoffMin <= 0 || c.RetryBackoffMax < c.RetryBackoffMin:

@@ -3,7 +3,8 @@
 // trace context in the record headers, and never loses one.
 //
 // The design is a write-ahead spool. [Logger.Publish] appends the event to a
-// local spool of fsync'd segment files and returns once it is on disk;
+// local spool of segment files and returns once it is on disk (fsync'd, or
+// within [Config.CommitWindow] of it);
 // [Logger.Run] drains the spool to Kafka in order, deleting a segment only
 // after Kafka acknowledged every record in it. An unreachable broker, a
 // gateway restart or a crash therefore delays events but loses none, and each
@@ -87,7 +88,7 @@ func New(cfg Config, logger *slog.Logger, meter metric.Meter, prop propagation.T
 	}
 	logger = logger.With("component", "sessionlog", "topic", cfg.Topic)
 
-	sp, rec, err := openSpool(cfg.SpoolDir, cfg.SegmentBytes, cfg.SpoolMaxBytes, logger)
+	sp, rec, err := openSpool(cfg.SpoolDir, cfg.SegmentBytes, cfg.SpoolMaxBytes, cfg.CommitWindow, logger)
 	if err != nil {
 		return nil, fmt.Errorf("sessionlog: %w", err)
 	}
@@ -129,11 +130,14 @@ func New(cfg Config, logger *slog.Logger, meter metric.Meter, prop propagation.T
 	return l, nil
 }
 
-// Publish validates ev and returns once it is durable in the spool, from
-// where Run delivers it. The trace context of ctx goes into the record's
-// headers. It fails with ErrSpoolFull when the spool is full, ErrClosed after
-// Close, and ErrEventTooLarge for an oversized event; the event is then not
-// kept. A failed fsync is returned too, though the event may still be sent.
+// Publish validates ev and returns once it is in the spool, from where Run
+// delivers it: fsync'd, or with a CommitWindow written to the spool's file
+// and fsync'd within the window. The trace context of ctx goes into the
+// record's headers. It fails with ErrSpoolFull when the spool is full,
+// ErrClosed after Close, and ErrEventTooLarge for an oversized event; the
+// event is then not kept. A failed fsync is returned too, though the event
+// may still be sent; with a CommitWindow, a failed background fsync fails
+// every Publish until one succeeds.
 func (l *Logger) Publish(ctx context.Context, ev schema.SessionEvent) error {
 	if err := ev.Validate(); err != nil {
 		return fmt.Errorf("publish: %w", err)
@@ -211,6 +215,9 @@ func (l *Logger) Run(ctx context.Context) error {
 			select {
 			case <-l.wake:
 			case <-ctx.Done():
+				return nil
+			}
+			if !sleep(ctx, l.cfg.Linger) {
 				return nil
 			}
 		}

@@ -1,6 +1,7 @@
 package sessionlog
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -8,6 +9,7 @@ import (
 	"path/filepath"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/parleyhq/parley/internal/seglog"
 )
@@ -15,24 +17,36 @@ import (
 // spool is the write-ahead log of events not yet acknowledged by Kafka: a
 // seglog.Log appended to by Publish and read from the oldest end by the
 // drain, which deletes each segment once Kafka has acknowledged all of it.
-// Records are fsync'd before Publish returns, and concurrent appends share
-// one fsync (group commit). The spool bounds the bytes not yet acknowledged.
+// With no commit window records are fsync'd before append returns, and
+// concurrent appends share one fsync (group commit); with one, append
+// returns once the record is written to the segment file and the committer
+// fsyncs everything written within the window. The spool bounds the bytes
+// not yet acknowledged.
 //
 // Files in the directory besides the log's segments (and the tails it cuts
 // from damaged ones): cursor (how far the oldest segment is delivered; a
 // hint that only saves duplicates) and LOCK (held with flock while a Logger
 // uses the directory).
 type spool struct {
-	dir      string
-	maxBytes int64
-	log      *slog.Logger
-	lock     *os.File
-	seg      *seglog.Log
+	dir          string
+	segmentBytes int64
+	maxBytes     int64
+	log          *slog.Logger
+	lock         *os.File
+	seg          *seglog.Log
 
-	mu     sync.Mutex
-	events int   // records not yet acknowledged
-	bytes  int64 // their bytes
-	closed bool
+	mu      sync.Mutex
+	events  int   // records not yet acknowledged
+	bytes   int64 // their bytes
+	closed  bool
+	syncErr error // of the committer's last fsync; refuses appends until one succeeds
+
+	// The committer, running when window > 0: dirty wakes it after a write,
+	// stopCommit ends it and it closes committed when it returns.
+	window     time.Duration
+	dirty      chan struct{}
+	stopCommit context.CancelFunc
+	committed  chan struct{}
 
 	// Read side, used only by the drain, which the Logger runs one at a time.
 	read   seglog.Pos
@@ -61,8 +75,9 @@ type recovery struct {
 func segmentName(id uint64) string { return seglog.SegmentName(id) }
 
 // openSpool locks dir, opens the log in it (which cuts a torn or corrupt
-// tail and starts a fresh active segment) and counts what is undelivered.
-func openSpool(dir string, segmentBytes, maxBytes int64, log *slog.Logger) (*spool, recovery, error) {
+// tail and starts a fresh active segment), counts what is undelivered and,
+// with a positive commit window, starts the committer.
+func openSpool(dir string, segmentBytes, maxBytes int64, window time.Duration, log *slog.Logger) (*spool, recovery, error) {
 	var rec recovery
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, rec, fmt.Errorf("create spool dir %q: %w", dir, err)
@@ -75,7 +90,7 @@ func openSpool(dir string, segmentBytes, maxBytes int64, log *slog.Logger) (*spo
 		lock.Close()
 		return nil, rec, fmt.Errorf("lock spool %q (is another gateway using it?): %w", dir, err)
 	}
-	s := &spool{dir: dir, maxBytes: maxBytes, log: log, lock: lock}
+	s := &spool{dir: dir, segmentBytes: segmentBytes, maxBytes: maxBytes, log: log, lock: lock}
 	// Segments before the cursor's are delivered, and the log never reuses
 	// an id the cursor may name, or its successors would be taken for
 	// delivered ones at the next open.
@@ -92,6 +107,12 @@ func openSpool(dir string, segmentBytes, maxBytes int64, log *slog.Logger) (*spo
 		return nil, rec, err
 	}
 	rec.events, rec.bytes = s.events, s.bytes
+	if window > 0 {
+		s.window = window
+		ctx, cancel := context.WithCancel(context.Background())
+		s.dirty, s.stopCommit, s.committed = make(chan struct{}, 1), cancel, make(chan struct{})
+		go s.syncLoop(ctx)
+	}
 	return s, rec, nil
 }
 
@@ -161,12 +182,20 @@ func (s *spool) recover(cursor seglog.Pos, hasCursor bool) error {
 	return nil
 }
 
-// append writes one encoded record and returns once it is on disk.
+// append writes one encoded record and returns once it is on disk: fsync'd
+// without a commit window, written to the segment file (where it outlives
+// the process) with one, the committer fsyncing it within the window (or
+// append itself, when the record filled the segment).
 func (s *spool) append(rec []byte) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return ErrClosed
+	}
+	if s.syncErr != nil {
+		err := s.syncErr
+		s.mu.Unlock()
+		return fmt.Errorf("append to spool: the last fsync failed: %w", err)
 	}
 	if s.bytes+int64(len(rec)) > s.maxBytes {
 		s.mu.Unlock()
@@ -180,10 +209,53 @@ func (s *spool) append(rec []byte) error {
 	s.events++
 	s.bytes += int64(len(rec))
 	s.mu.Unlock()
+	// A full segment is sealed by the next fsync: that one runs here, so
+	// that a segment outgrows SegmentBytes by no more than without a window.
+	if s.window > 0 && s.seg.End().Offset < s.segmentBytes {
+		select {
+		case s.dirty <- struct{}{}:
+		default:
+		}
+		return nil
+	}
 	if err := s.seg.Sync(seq); err != nil {
 		return fmt.Errorf("append to spool: %w", err)
 	}
 	return nil
+}
+
+// syncLoop is the committer: after a write it waits out the window, so that
+// the writes within it share one fsync, and fsyncs all written so far. A
+// record is thus on disk within the window plus two fsyncs of its write. A
+// failed fsync refuses appends until a later one succeeds: the kernel may
+// have dropped the records it failed to write, so acknowledging more would
+// hide the loss.
+func (s *spool) syncLoop(ctx context.Context) {
+	defer close(s.committed)
+	for {
+		select {
+		case <-s.dirty:
+		case <-ctx.Done():
+			return
+		}
+		if !sleep(ctx, s.window) {
+			return
+		}
+		err := s.seg.SyncAll()
+		s.mu.Lock()
+		if err != nil && s.syncErr == nil {
+			s.log.Error("spool fsync failed; refusing events until one succeeds", "err", err, "dir", s.dir)
+		}
+		s.syncErr = err
+		s.mu.Unlock()
+		if err != nil {
+			// Try again after the window even without a new write.
+			select {
+			case s.dirty <- struct{}{}:
+			default:
+			}
+		}
+	}
 }
 
 // backlog returns the records and bytes not yet acknowledged.
@@ -278,11 +350,18 @@ func (s *spool) readCursor() (seglog.Pos, bool) {
 // yet delivered stay on disk for the next openSpool.
 func (s *spool) close() error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.closed {
+		s.mu.Unlock()
 		return nil
 	}
 	s.closed = true
+	s.mu.Unlock()
+	if s.window > 0 {
+		s.stopCommit() // the log's Close fsyncs what the committer had not
+		<-s.committed
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	errs := []error{s.seg.Close(), s.writeCursor()}
 	s.reader.Close()
 	s.unlock()

@@ -254,11 +254,13 @@ func readRecord(r io.Reader) (record, int, error) {
 }
 
 // TestConcurrentPublishesShareFsyncs publishes one event from each of many
-// goroutines at once, as a gateway's concurrent sessions do: they share
-// fsyncs (group commit), and none returns before an fsync covered it.
+// goroutines at once, as a gateway's concurrent sessions do: without a
+// commit window they share fsyncs (group commit), and none returns before
+// an fsync covered it.
 func TestConcurrentPublishesShareFsyncs(t *testing.T) {
 	cfg := testConfig([]string{"127.0.0.1:9"}, "t", t.TempDir())
 	cfg.CloseTimeout = 0
+	cfg.CommitWindow = 0
 	h := newHarness(t, cfg)
 	evs := makeEvents(t, "group", 64, 1)
 	n := uint64(len(evs))
@@ -281,5 +283,36 @@ func TestConcurrentPublishesShareFsyncs(t *testing.T) {
 		t.Errorf("%d concurrent publishes made %d fsyncs; want fewer", n, got)
 	} else {
 		t.Logf("%d concurrent publishes made %d fsyncs", n, got)
+	}
+}
+
+// TestCommitWindow publishes serially with a commit window: Publish does
+// not wait for an fsync, the committer makes every event durable within the
+// window, and the events of one window share an fsync.
+func TestCommitWindow(t *testing.T) {
+	cfg := testConfig([]string{"127.0.0.1:9"}, "t", t.TempDir())
+	cfg.CloseTimeout = 0
+	cfg.CommitWindow = time.Hour // nothing is fsync'd while the test runs
+	h := newHarness(t, cfg)
+	publishAll(t, context.Background(), h.Logger, makeEvents(t, "window", 8, 4))
+	if got := h.spool.seg.Syncs(); got != 0 {
+		t.Fatalf("%d fsyncs within a one-hour window; want Publish not to wait for one", got)
+	}
+
+	cfg = testConfig([]string{"127.0.0.1:9"}, "t", t.TempDir())
+	cfg.CloseTimeout = 0
+	cfg.CommitWindow = 50 * time.Millisecond
+	h = newHarness(t, cfg)
+	evs := makeEvents(t, "window", 8, 4)
+	publishAll(t, context.Background(), h.Logger, evs)
+	deadline := time.Now().Add(10 * time.Second)
+	for h.spool.seg.Syncs() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no fsync 10 s after the publishes; want one within the window")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := h.spool.seg.Syncs(); got >= uint64(len(evs)) {
+		t.Errorf("%d serial publishes within a window made %d fsyncs; want fewer", len(evs), got)
 	}
 }

@@ -357,8 +357,9 @@ func (l *Log) Write(records []byte) (uint64, error) {
 // Sync returns once the write numbered seq is durable. The first caller to
 // arrive fsyncs every write so far; callers behind it usually find theirs
 // already covered (group commit: writes that arrive while an fsync runs
-// share the next one, so the window is bounded by one fsync's time). The leader also seals a full active segment and starts
-// the next, so only it ever syncs or closes a segment file.
+// share the next one, so the window is bounded by one fsync's time). The
+// leader also seals a full active segment and starts the next, so only it
+// ever syncs or closes a segment file.
 func (l *Log) Sync(seq uint64) error {
 	l.syncMu.Lock()
 	defer l.syncMu.Unlock()
@@ -393,6 +394,14 @@ func (l *Log) Sync(seq uint64) error {
 	}
 	l.synced = target
 	return nil
+}
+
+// SyncAll returns once every write made before it is durable.
+func (l *Log) SyncAll() error {
+	l.mu.Lock()
+	seq := l.written
+	l.mu.Unlock()
+	return l.Sync(seq)
 }
 
 // Syncs returns how many fsyncs Sync has made: with concurrent writers,
