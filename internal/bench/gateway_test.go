@@ -74,8 +74,8 @@ func TestRunGateway(t *testing.T) {
 		}
 	}
 	for _, p := range rep.Points {
-		if p.Requests == 0 || p.Errors != 0 || p.P99MS < p.P50MS {
-			t.Errorf("point %+v: want requests, no errors and p99 ≥ p50", p)
+		if p.Requests == 0 || p.Errors != 0 || p.P99MS < p.P50MS || p.CPUMSPerRequest <= 0 {
+			t.Errorf("point %+v: want requests, no errors, p99 ≥ p50 and the CPU they took", p)
 		}
 	}
 	if events.n.Load() == 0 {
