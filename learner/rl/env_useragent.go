@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"hash/fnv"
 	"sync"
+	"time"
 
+	"github.com/parleyhq/parley/inference"
 	"github.com/parleyhq/parley/schema"
 	"github.com/parleyhq/parley/simulator"
 )
@@ -57,6 +59,24 @@ func (e *UserAgentEnv) contextSeed(st State) uint64 {
 	return h.Sum64()
 }
 
+// step asks the user agent about one turn, again while the engine's queue
+// is full (other steps share it); the same seed gives the same answer.
+func (e *UserAgentEnv) step(ctx context.Context, step int, t Turn) ([]simulator.UserAgentAnswer, error) {
+	q := []simulator.UserAgentQuery{Query(t)}
+	seed := e.contextSeed(t.State)
+	for {
+		as, err := e.ua.Step(ctx, step, q, seed)
+		if !errors.Is(err, inference.ErrQueueFull) {
+			return as, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
 // Query is the user agent's view of a turn: the prompt's demos and the
 // dialogue so far, whose last exchange holds the NPC turn to judge. Past NPC
 // turns carry the termination probability the user acted on.
@@ -95,7 +115,7 @@ func (e *UserAgentEnv) Respond(ctx context.Context, step int, turns []Turn) ([]R
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			as, err := e.ua.Step(ctx, step, []simulator.UserAgentQuery{Query(t)}, e.contextSeed(t.State))
+			as, err := e.step(ctx, step, t)
 			switch {
 			case err != nil:
 				errs[i] = err
