@@ -3,7 +3,10 @@
 // dialogues of the ground-truth population, trains SFT-only, GRPO, GSPO,
 // TreeRPO and AT-GRPO (and AT-GRPO's ablations) from the same start
 // against the same user agent, evaluates each on held-out players and on
-// the user agent, and writes results.md, results.csv and PNG charts.
+// the user agent, and writes results.md, results.csv, PNG charts and
+// results.json with issue 15's acceptance (Accept): the referee gate
+// measured before any RL and every method against SFT only, paired on the
+// held-out players.
 package experiment
 
 import (
