@@ -51,7 +51,15 @@ type spool struct {
 	// Read side, used only by the drain, which the Logger runs one at a time.
 	read   seglog.Pos
 	reader *seglog.Reader
+	// cursorAt is when the cursor was last saved.
+	cursorAt time.Time
 }
+
+// cursorEvery is how often the drain saves the cursor: a file write and a
+// rename per delivered batch cost more than the delivery itself, and a
+// cursor older by this much only means up to this much of the delivered
+// events are delivered again after a crash.
+const cursorEvery = time.Second
 
 // batch is a run of records from one segment, read but not yet acknowledged.
 type batch struct {
@@ -298,7 +306,8 @@ func (s *spool) readBatch(maxEvents int, maxBytes int64) (batch, error) {
 }
 
 // commit records that b was acknowledged: it advances the read position,
-// deletes a finished sealed segment and saves the cursor.
+// deletes a finished sealed segment and saves the cursor (after a deletion,
+// or when the last save is cursorEvery old).
 func (s *spool) commit(b batch) error {
 	s.read.Offset = b.endOff
 	s.mu.Lock()
@@ -315,6 +324,8 @@ func (s *spool) commit(b batch) error {
 			return fmt.Errorf("remove delivered spool segment: %w", err)
 		}
 		s.read = seglog.Pos{Segment: s.seg.Segments()[0], Offset: int64(len(segmentMagic))}
+	} else if time.Since(s.cursorAt) < cursorEvery {
+		return nil
 	}
 	return s.writeCursor()
 }
@@ -330,6 +341,7 @@ func (s *spool) writeCursor() error {
 	if err := os.Rename(tmp, filepath.Join(s.dir, "cursor")); err != nil {
 		return fmt.Errorf("write spool cursor: %w", err)
 	}
+	s.cursorAt = time.Now()
 	return nil
 }
 
