@@ -17,15 +17,27 @@ import (
 )
 
 // BootstrapConfig sizes the first NPC policy and user agent that `parley
-// dev` trains when the registry has none: a generated corpus and short SFT
+// dev` trains when the registry has none: generated corpora and short SFT
 // runs, cached under the data dir so a second start skips them and an
 // interrupted one resumes.
 type BootstrapConfig struct {
+	// Players and DialoguesPerPlayer size the user agent's corpus: the
+	// population talking to scripted NPCs of every quality, so that it
+	// learns how players answer good and bad replies alike.
 	Players            int
 	DialoguesPerPlayer int
-	Steps              int
-	BatchSize          int
-	Seed               uint64
+	// NPCDialoguesPerPlayer, NPCQualities and NPCScript make the NPC's
+	// corpus: the same players talking to the scripted NPCs the policy
+	// should imitate, with their lines.
+	NPCDialoguesPerPlayer int
+	NPCQualities          []simulator.QualityWeight
+	NPCScript             simulator.ScriptConfig
+	// NPCTrain is the NPC run's optimizer; the user agent keeps the SFT
+	// default.
+	NPCTrain  inference.TrainConfig
+	Steps     int
+	BatchSize int
+	Seed      uint64
 	// Arch is the size of both models (VocabSize is the tokenizer's).
 	Arch inference.ModelConfig
 }
@@ -34,22 +46,82 @@ type BootstrapConfig struct {
 // trainer: a ~1M-parameter model (the default architecture, d128, 4
 // layers, with a 1,024-token vocabulary; 4 MB a checkpoint) trained 250
 // steps of 16 sequences (about 6,300 tokens a step, 1.6M tokens for each
-// agent) on the ~940 dialogues of 300 generated players. It is a
-// starting point for the learner, not a good NPC; a studio bootstraps from
-// its own corpus with `parley train sft`.
+// agent). The user agent learns from the ~940 dialogues of 300 generated
+// players with scripted NPCs of mixed quality. The NPC learns from ~1,900
+// dialogues of the same players with the good scripted NPC alone (from
+// the mixed corpus it would learn the off-topic, filler and retention
+// lines too), on lines that repeat the player's own word (BootstrapScript),
+// at twice the SFT learning rate decaying to a tenth. It is a starting
+// point for the learner; a studio bootstraps from its own corpus with
+// `parley train sft`.
 func DefaultBootstrapConfig() BootstrapConfig {
 	arch := inference.DefaultModelConfig()
 	arch.VocabSize = 1024
-	return BootstrapConfig{Players: 300, DialoguesPerPlayer: 4, Steps: 250, BatchSize: 16, Seed: 1, Arch: arch}
+	npcTrain := learner.DefaultSFTConfig(learner.RoleNPC).Train
+	npcTrain.LearningRate, npcTrain.Schedule = 2e-3, "cosine"
+	return BootstrapConfig{Players: 300, DialoguesPerPlayer: 4,
+		NPCDialoguesPerPlayer: 8, NPCQualities: []simulator.QualityWeight{{Quality: simulator.NPCGood, Weight: 1}},
+		NPCScript: BootstrapScript(), NPCTrain: npcTrain,
+		Steps: 250, BatchSize: 16, Seed: 1, Arch: arch}
+}
+
+// BootstrapScript is the scripted NPC the bootstrap NPC imitates: the
+// default lines without those a small model learns badly in a few
+// minutes. Every line names the player's own word in lower case, so the
+// model learns to copy a word of the player's message (no capitalised
+// "{W}, you say.", whose rare tokens it broke into fragments, and no
+// second word of the topic, which it drew from any topic), and it never
+// slips into filler.
+func BootstrapScript() simulator.ScriptConfig {
+	s := simulator.DefaultScriptConfig()
+	s.Acks = []string{"Ah, {w}!", "Oh, {w}.", "So it's {w} for you."}
+	s.Statements = []string{
+		"I know a thing or two about {w}.",
+		"Folks around here talk about {w} a lot.",
+		"The best {w} I ever saw was near the old mill.",
+		"You need patience for {w}.",
+	}
+	s.Questions = []string{
+		"What got you into {w}?",
+		"How long have you been into {w}?",
+		"Where do you usually go for {w}?",
+		"Which {w} do you think is the best?",
+		"What would make your {w} even better?",
+	}
+	s.SlipProb = 0
+	return s
 }
 
 // Validate reports the first size that is not positive.
 func (c BootstrapConfig) Validate() error {
-	if c.Players < 5 || c.DialoguesPerPlayer < 3 || c.Steps < 1 || c.BatchSize < 1 {
-		return fmt.Errorf("dev bootstrap: players %d (≥5), dialogues per player %d (≥3), steps %d and batch size %d (≥1) are too small",
-			c.Players, c.DialoguesPerPlayer, c.Steps, c.BatchSize)
+	if c.Players < 5 || c.DialoguesPerPlayer < 3 || c.NPCDialoguesPerPlayer < 3 || c.Steps < 1 || c.BatchSize < 1 {
+		return fmt.Errorf("dev bootstrap: players %d (≥5), dialogues per player %d and for the npc %d (≥3), steps %d and batch size %d (≥1) are too small",
+			c.Players, c.DialoguesPerPlayer, c.NPCDialoguesPerPlayer, c.Steps, c.BatchSize)
+	}
+	if err := c.corpus(learner.RoleNPC).Validate(); err != nil {
+		return fmt.Errorf("dev bootstrap: npc corpus: %w", err)
 	}
 	return c.Arch.Validate()
+}
+
+// corpus returns the configuration of the corpus the agent of role
+// learns from.
+func (c BootstrapConfig) corpus(role learner.Role) simulator.CorpusConfig {
+	cc := simulator.DefaultCorpusConfig()
+	cc.Players, cc.DialoguesPerPlayer, cc.Seed = c.Players, c.DialoguesPerPlayer, c.Seed
+	if role == learner.RoleNPC {
+		cc.DialoguesPerPlayer, cc.Qualities, cc.Script = c.NPCDialoguesPerPlayer, c.NPCQualities, c.NPCScript
+	}
+	return cc
+}
+
+// corpusFile is the name of the cached corpus of role under the bootstrap
+// directory.
+func corpusFile(role learner.Role) string {
+	if role == learner.RoleNPC {
+		return "npc-corpus.jsonl"
+	}
+	return "corpus.jsonl"
 }
 
 // bootstrap trains and publishes whichever of the two agents the registry
@@ -76,34 +148,44 @@ func bootstrap(ctx context.Context, cfg BootstrapConfig, dataDir, registryDir st
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	dialogues, err := bootstrapCorpus(ctx, cfg, filepath.Join(dir, "corpus.jsonl"), log)
-	if err != nil {
-		return err
-	}
 	for _, role := range missing {
-		sft := learner.DefaultSFTConfig(role)
-		sft.Registry, sft.DataDir, sft.RunID = registryDir, filepath.Join(dir, "runs"), "bootstrap-"+string(role)
-		sft.Steps, sft.BatchSize, sft.Seed, sft.Progress = cfg.Steps, cfg.BatchSize, cfg.Seed, progress
-		sft.Arch, sft.VocabSize, sft.SkipEvalBefore = cfg.Arch, cfg.Arch.VocabSize, true
-		sft.Eval.MaxDialogues, sft.Eval.MaxReplies = 16, 16 // a sanity check, not the fidelity report
-		log.Info("bootstrap: training the first version", "role", role, "steps", sft.Steps, "dialogues", len(dialogues))
-		res, err := learner.TrainSFT(ctx, sft, dialogues, log)
-		if err != nil {
-			return fmt.Errorf("dev bootstrap %s: %w", role, err)
+		if err := trainBootstrapAgent(ctx, cfg, role, dir, registryDir, progress, log); err != nil {
+			return err
 		}
-		if !res.Published {
-			return fmt.Errorf("dev bootstrap %s: not published: %s", role, res.GateReason)
-		}
-		log.Info("bootstrap: published", "model", res.Model, "version", res.Version, "ppl", res.After.PPL)
 	}
 	return nil
 }
 
+// trainBootstrapAgent trains the agent of role on its corpus (cached in
+// dir) and publishes it to the registry.
+func trainBootstrapAgent(ctx context.Context, cfg BootstrapConfig, role learner.Role, dir, registryDir string, progress io.Writer, log *slog.Logger) error {
+	dialogues, err := bootstrapCorpus(ctx, cfg.corpus(role), filepath.Join(dir, corpusFile(role)), log)
+	if err != nil {
+		return err
+	}
+	sft := learner.DefaultSFTConfig(role)
+	sft.Registry, sft.DataDir, sft.RunID = registryDir, filepath.Join(dir, "runs"), "bootstrap-"+string(role)
+	sft.Steps, sft.BatchSize, sft.Seed, sft.Progress = cfg.Steps, cfg.BatchSize, cfg.Seed, progress
+	sft.Arch, sft.VocabSize, sft.SkipEvalBefore = cfg.Arch, cfg.Arch.VocabSize, true
+	sft.Eval.MaxDialogues, sft.Eval.MaxReplies = 16, 16 // a sanity check, not the fidelity report
+	if role == learner.RoleNPC {
+		sft.Train = cfg.NPCTrain
+	}
+	log.Info("bootstrap: training the first version", "role", role, "steps", sft.Steps, "dialogues", len(dialogues))
+	res, err := learner.TrainSFT(ctx, sft, dialogues, log)
+	if err != nil {
+		return fmt.Errorf("dev bootstrap %s: %w", role, err)
+	}
+	if !res.Published {
+		return fmt.Errorf("dev bootstrap %s: not published: %s", role, res.GateReason)
+	}
+	log.Info("bootstrap: published", "model", res.Model, "version", res.Version, "ppl", res.After.PPL)
+	return nil
+}
+
 // bootstrapCorpus reads the cached corpus or generates it.
-func bootstrapCorpus(ctx context.Context, cfg BootstrapConfig, path string, log *slog.Logger) ([]schema.Dialogue, error) {
+func bootstrapCorpus(ctx context.Context, cc simulator.CorpusConfig, path string, log *slog.Logger) ([]schema.Dialogue, error) {
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-		cc := simulator.DefaultCorpusConfig()
-		cc.Players, cc.DialoguesPerPlayer, cc.Seed = cfg.Players, cfg.DialoguesPerPlayer, cfg.Seed
 		tmp := path + ".tmp"
 		f, err := os.Create(tmp)
 		if err != nil {

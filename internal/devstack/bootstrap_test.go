@@ -17,7 +17,9 @@ import (
 func TestBootstrapTrainsBothAgentsOnce(t *testing.T) {
 	dataDir := t.TempDir()
 	regDir := filepath.Join(dataDir, "registry")
-	cfg := BootstrapConfig{Players: 8, DialoguesPerPlayer: 3, Steps: 3, BatchSize: 2, Seed: 1, Arch: testenv.TinyModelConfig(512)}
+	cfg := DefaultBootstrapConfig()
+	cfg.Players, cfg.DialoguesPerPlayer, cfg.NPCDialoguesPerPlayer = 8, 3, 3
+	cfg.Steps, cfg.BatchSize, cfg.Arch = 3, 2, testenv.TinyModelConfig(512)
 	log := slog.New(slog.DiscardHandler)
 	ctx := context.Background()
 	if err := bootstrap(ctx, cfg, dataDir, regDir, io.Discard, log); err != nil {
@@ -36,10 +38,15 @@ func TestBootstrapTrainsBothAgentsOnce(t *testing.T) {
 			t.Errorf("%s/%s algorithm %q; want sft", model, vs[0].Version, vs[0].Algorithm)
 		}
 	}
-	corpus := filepath.Join(dataDir, "bootstrap", "corpus.jsonl")
-	before, err := os.Stat(corpus)
-	if err != nil {
-		t.Fatalf("corpus not cached: %v", err)
+	var corpora []string
+	var before []os.FileInfo
+	for _, name := range []string{"corpus.jsonl", "npc-corpus.jsonl"} {
+		corpus := filepath.Join(dataDir, "bootstrap", name)
+		fi, err := os.Stat(corpus)
+		if err != nil {
+			t.Fatalf("corpus not cached: %v", err)
+		}
+		corpora, before = append(corpora, corpus), append(before, fi)
 	}
 
 	if err := bootstrap(ctx, cfg, dataDir, regDir, io.Discard, log); err != nil {
@@ -50,7 +57,9 @@ func TestBootstrapTrainsBothAgentsOnce(t *testing.T) {
 			t.Errorf("after a second start %s has %d versions; want still 1", model, len(vs))
 		}
 	}
-	if after, _ := os.Stat(corpus); !after.ModTime().Equal(before.ModTime()) {
-		t.Error("the cached corpus was regenerated")
+	for i, corpus := range corpora {
+		if after, _ := os.Stat(corpus); !after.ModTime().Equal(before[i].ModTime()) {
+			t.Errorf("the cached corpus %s was regenerated", corpus)
+		}
 	}
 }
