@@ -491,18 +491,20 @@ func attendRow(out, q, kt, v []float32, stride int, scores []float32, scale floa
 	for _, s := range scores {
 		mx = max(mx, s)
 	}
+	// The weights are left unnormalised and the output divided by their
+	// sum: hd multiplications instead of T.
 	inv := 1 / expAffine(scores, scores, scale, -scale*mx)
-	for t, p := range scores {
-		scores[t] = p * inv
-	}
 	if hd%32 == 0 {
 		for i := 0; i < hd; i += 32 {
 			axpy32(out[i:i+32], scores, v[i:], hd)
 		}
-		return
+	} else {
+		clear(out)
+		for t, p := range scores {
+			axpy(out, p, v[t*hd:(t+1)*hd])
+		}
 	}
-	clear(out)
-	for t, p := range scores {
-		axpy(out, p, v[t*hd:(t+1)*hd])
+	for i := range out {
+		out[i] *= inv
 	}
 }
