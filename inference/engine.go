@@ -55,6 +55,10 @@ type EngineConfig struct {
 	Meter metric.Meter `json:"-"`
 	// ModelVersion, when set, labels the engine's metrics (model_version).
 	ModelVersion string `json:"-"`
+	// Chat is the served model's chat format (LoadChatFormat), which gives
+	// the default stop tokens and the reply text; nil is Parley's layout on
+	// the engine's tokenizer.
+	Chat *ChatFormat `json:"-"`
 }
 
 // DefaultEngineConfig suits a 2-core server with the default model.
@@ -131,7 +135,7 @@ type Engine struct {
 	log    *slog.Logger
 	met    *engineMetrics
 	dec    decoder
-	stop   []int // default stop tokens
+	chat   *ChatFormat
 	// scorer runs Score on the CPU decoder's arithmetic with a cache of
 	// its own (nil on the GoMLX decoder); scoreMu serialises its use.
 	scorer  *cpuDecoder
@@ -155,6 +159,12 @@ func NewEngine(m *Model, tok *Tokenizer, cfg EngineConfig, logger *slog.Logger) 
 	if tok.VocabSize() > m.cfg.VocabSize {
 		return nil, fmt.Errorf("new engine: tokenizer has %d tokens, model only %d", tok.VocabSize(), m.cfg.VocabSize)
 	}
+	chat := cfg.Chat
+	if chat == nil {
+		chat = ParleyChatFormat(tok)
+	} else if chat.Tokenizer() != tok {
+		return nil, errors.New("new engine: the chat format encodes with another tokenizer than the engine's")
+	}
 	if cfg.Decoder == DecoderCPU {
 		if err := m.cfg.CPUKernelsSupport(); err != nil {
 			return nil, fmt.Errorf("new engine: decoder %s: %w", DecoderCPU, err)
@@ -177,11 +187,9 @@ func NewEngine(m *Model, tok *Tokenizer, cfg EngineConfig, logger *slog.Logger) 
 	e := &Engine{
 		m: m, tok: tok, cfg: cfg, maxSeq: maxSeq, log: logger, met: met,
 		dec:   newDecoder(m, cfg.Decoder),
+		chat:  chat,
 		queue: make(chan *job, cfg.QueueSize),
 		done:  make(chan struct{}),
-	}
-	if id, ok := tok.TokenID(TokEnd); ok {
-		e.stop = []int{id}
 	}
 	if _, ok := e.dec.(*cpuDecoder); ok {
 		e.scorer = newCPUDecoder(m)
@@ -219,6 +227,10 @@ func (m *Model) DefaultDecoder() string {
 // Tokenizer returns the tokenizer of the served model.
 func (e *Engine) Tokenizer() *Tokenizer { return e.tok }
 
+// Chat returns the chat format of the served model: how to encode its
+// prompts (EngineConfig.Chat, or Parley's layout).
+func (e *Engine) Chat() *ChatFormat { return e.chat }
+
 // Model returns the served model.
 func (e *Engine) Model() *Model { return e.m }
 
@@ -236,11 +248,12 @@ type job struct {
 // Generate queues req and returns its Stream. It returns ErrQueueFull when
 // the queue is full and ErrClosed after Close. Generations progress while
 // Run runs; cancelling ctx ends one at the next token boundary (a few
-// milliseconds) and frees its slot. Zero TopP means 1, a nil Stop the
-// tokenizer's <|end|>, a zero Seed a random one.
+// milliseconds) and frees its slot. Zero TopP means 1, a nil Stop the chat
+// format's (Parley's <|end|>, or a templated model's end-of-turn and eos
+// tokens), a zero Seed a random one.
 func (e *Engine) Generate(ctx context.Context, req Request) (*Stream, error) {
 	if req.Stop == nil {
-		req.Stop = e.stop
+		req.Stop = e.chat.Stop()
 	}
 	if req.TopP == 0 {
 		req.TopP = 1
@@ -566,7 +579,7 @@ func (e *Engine) accept(s *slot, id int) bool {
 	s.out = append(s.out, id)
 	s.last = id
 	e.met.generated(1)
-	s.bytes = append(s.bytes, e.tok.TokenBytes(id)...)
+	s.bytes = append(s.bytes, e.chat.TokenText(id)...)
 	cut := completeUTF8(s.bytes, s.emitted)
 	s.job.stream.tokens <- Token{ID: id, Text: string(s.bytes[s.emitted:cut])}
 	s.emitted = cut
@@ -598,7 +611,7 @@ func completeUTF8(b []byte, from int) int {
 func (e *Engine) finish(s *slot, reason string, err error) {
 	e.endJob(s.job, Result{
 		Tokens:           s.out,
-		Text:             e.tok.Decode(s.out),
+		Text:             e.chat.Decode(s.out),
 		FinishReason:     reason,
 		PromptTokens:     len(s.job.req.Prompt),
 		TimeToFirstToken: s.ttft,

@@ -20,8 +20,8 @@ type Request struct {
 	// 1 (or 0) keeps all.
 	TopP float32
 	// Stop ends the generation when one of these ids is sampled (the stop
-	// token is not part of the result). Nil means the engine's default, the
-	// tokenizer's <|end|>.
+	// token is not part of the result). Nil means the engine's default, its
+	// chat format's stop tokens (Parley's <|end|>).
 	Stop []int
 	// Seed makes sampling reproducible; 0 draws a random seed.
 	Seed uint64
