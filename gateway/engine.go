@@ -21,6 +21,8 @@ type engineGenerator struct{ e *inference.Engine }
 
 func (g engineGenerator) Tokenizer() *inference.Tokenizer { return g.e.Tokenizer() }
 
+func (g engineGenerator) Chat() *inference.ChatFormat { return g.e.Chat() }
+
 func (g engineGenerator) MaxSeq() int { return g.e.MaxSeq() }
 
 func (g engineGenerator) Generate(ctx context.Context, req GenerateRequest) (TokenStream, error) {

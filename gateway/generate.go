@@ -15,9 +15,14 @@ import (
 	"github.com/parleyhq/parley/schema"
 )
 
-// stopIDs are the special tokens that end an NPC reply: the end of its turn,
-// or the start of anyone else's.
-func stopIDs(tok *inference.Tokenizer) []int {
+// stopIDs are the special tokens that end an NPC reply: in Parley's layout
+// the end of its turn or the start of anyone else's, with a chat template
+// the model's end-of-turn and end-of-sequence tokens (ChatFormat.Stop).
+func stopIDs(chat *inference.ChatFormat) []int {
+	if chat.Template() != nil {
+		return chat.Stop()
+	}
+	tok := chat.Tokenizer()
 	var ids []int
 	for _, s := range []string{inference.TokEnd, inference.TokUser, inference.TokSys, inference.TokNPC,
 		inference.TokPad, inference.TokContinue, inference.TokTerminate} {

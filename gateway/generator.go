@@ -46,11 +46,14 @@ type TokenStream interface {
 // Generator is the part of the inference engine the gateway calls
 // (FromEngine adapts an *inference.Engine). Generate fails with an error
 // wrapping ErrOverloaded or ErrUnavailable when the engine cannot take the
-// request; cancelling ctx stops the generation. MaxSeq is the model's
-// context in tokens, prompt and reply together: the gateway drops the
-// oldest exchanges of a conversation until its prompt fits.
+// request; cancelling ctx stops the generation. Chat is the model's chat
+// format, which the gateway builds prompts and stop tokens with (its
+// Tokenizer is Tokenizer's). MaxSeq is the model's context in tokens, prompt
+// and reply together: the gateway drops the oldest exchanges of a
+// conversation until its prompt fits.
 type Generator interface {
 	Generate(ctx context.Context, req GenerateRequest) (TokenStream, error)
 	Tokenizer() *inference.Tokenizer
+	Chat() *inference.ChatFormat
 	MaxSeq() int
 }

@@ -132,8 +132,8 @@ func (s *Server) messageHandler(c echo.Context) error {
 			return fmt.Errorf("engine of %s: %w", sess.PolicyVersion, err)
 		}
 		defer release()
-		tok := gen.Tokenizer()
-		prompt, err := buildPrompt(tok, persona, sess.History, msg.Text, gen.MaxSeq(), min(s.cfg.Sampling.MaxTokens, gen.MaxSeq()/2))
+		chat := gen.Chat()
+		prompt, err := npcPrompt(chat, persona, sess.History, msg.Text, gen.MaxSeq(), min(s.cfg.Sampling.MaxTokens, gen.MaxSeq()/2))
 		if err != nil {
 			return err
 		}
@@ -144,7 +144,7 @@ func (s *Server) messageHandler(c echo.Context) error {
 			stopKeepAlive = keepAlive(sse, s.cfg.SSEKeepAlive)
 			pieces = func(piece string) error { stopKeepAlive(); return onPiece(piece) }
 		}
-		out, err = s.generate(ctx, gen, s.request(prompt, tok), pieces)
+		out, err = s.generate(ctx, gen, s.request(prompt, chat), pieces)
 		stopKeepAlive()
 		if err != nil {
 			return sse.fail(s, err)
@@ -202,11 +202,11 @@ type tokenEvent struct {
 }
 
 // request builds the generation request of an NPC reply from the configured sampling.
-func (s *Server) request(prompt []int, tok *inference.Tokenizer) GenerateRequest {
+func (s *Server) request(prompt []int, chat *inference.ChatFormat) GenerateRequest {
 	sp := s.cfg.Sampling
 	return GenerateRequest{
 		Prompt: prompt, MaxTokens: sp.MaxTokens, Temperature: sp.Temperature, TopK: sp.TopK, TopP: sp.TopP,
-		Seed: sp.Seed, Stop: stopIDs(tok),
+		Seed: sp.Seed, Stop: stopIDs(chat),
 	}
 }
 

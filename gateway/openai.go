@@ -97,7 +97,7 @@ func (s *Server) chatCompletionsHandler(c echo.Context) error {
 	verdict := s.guard.CheckInput(last)
 	var out generated
 	if verdict.Safety == schema.SafetyNone {
-		gr := s.request(nil, gen.Tokenizer())
+		gr := s.request(nil, gen.Chat())
 		if t := req.Temperature; t != nil {
 			gr.Temperature = float32(*t)
 		}
@@ -113,7 +113,7 @@ func (s *Server) chatCompletionsHandler(c echo.Context) error {
 		if n := req.MaxCompletionTokens; n != nil {
 			gr.MaxTokens = min(*n, gen.MaxSeq()/2)
 		}
-		if gr.Prompt, err = chatPrompt(gen.Tokenizer(), defaultCard, req.Messages, gen.MaxSeq(), gr.MaxTokens); err != nil {
+		if gr.Prompt, err = openAIPrompt(gen.Chat(), defaultCard, req.Messages, gen.MaxSeq(), gr.MaxTokens); err != nil {
 			return err
 		}
 		if req.Stream {

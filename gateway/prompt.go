@@ -3,6 +3,7 @@ package gateway
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/parleyhq/parley/inference"
@@ -100,6 +101,108 @@ func chatPrompt(tok *inference.Tokenizer, defaultCard string, msgs []schema.Chat
 		prompt = append(prompt, ids...)
 	}
 	return append(prompt, npc), nil
+}
+
+// npcPrompt is the prompt of an NPC reply in the model's chat format:
+// buildPrompt's in Parley's layout; with a chat template the same dialogue
+// (the persona card as the system message, its greeting as the first
+// assistant message, the history, the new user message) rendered whole by
+// the template, the oldest exchanges dropped until it fits.
+func npcPrompt(chat *inference.ChatFormat, p Persona, history []schema.Exchange, user string, contextTokens, maxTokens int) ([]int, error) {
+	if chat.Template() == nil {
+		return buildPrompt(chat.Tokenizer(), p, history, user, contextTokens, maxTokens)
+	}
+	head := []inference.Message{{Role: inference.RoleSystem, Text: p.Card}}
+	if p.Greeting != "" {
+		head = append(head, inference.Message{Role: inference.RoleNPC, Text: p.Greeting})
+	}
+	turns := make([]inference.Message, 0, 2*len(history)+1)
+	for _, x := range history {
+		turns = append(turns, inference.Message{Role: inference.RoleUser, Text: x.User}, inference.Message{Role: inference.RoleNPC, Text: x.NPC})
+	}
+	turns = append(turns, inference.Message{Role: inference.RoleUser, Text: user})
+	ids, err := fitTemplate(chat, head, turns, 2, contextTokens-maxTokens)
+	if err != nil {
+		return nil, fmt.Errorf("build prompt: %w", err)
+	}
+	return ids, nil
+}
+
+// openAIPrompt is the prompt of an OpenAI-style conversation in the model's
+// chat format: chatPrompt's in Parley's layout. With a chat template the
+// client's system messages, joined by blank lines, are the one system
+// message (the default persona's card when there is none), as templates
+// honour only a leading one; assistant messages are the model's, every
+// other role the user's. The oldest non-system messages are dropped until
+// the prompt fits.
+func openAIPrompt(chat *inference.ChatFormat, defaultCard string, msgs []schema.ChatMessage, contextTokens, maxTokens int) ([]int, error) {
+	if chat.Template() == nil {
+		return chatPrompt(chat.Tokenizer(), defaultCard, msgs, contextTokens, maxTokens)
+	}
+	var sys []string
+	var rest []inference.Message
+	for _, m := range msgs {
+		switch m.Role {
+		case "system":
+			sys = append(sys, m.Content)
+		case "assistant":
+			rest = append(rest, inference.Message{Role: inference.RoleNPC, Text: m.Content})
+		default:
+			rest = append(rest, inference.Message{Role: inference.RoleUser, Text: m.Content})
+		}
+	}
+	if len(rest) == 0 {
+		return nil, fmt.Errorf("%w: the last message does not fit in the model context", ErrTooLarge)
+	}
+	card := defaultCard
+	if len(sys) > 0 {
+		card = strings.Join(sys, "\n\n")
+	}
+	ids, err := fitTemplate(chat, []inference.Message{{Role: inference.RoleSystem, Text: card}}, rest, 1, contextTokens-maxTokens)
+	if err != nil {
+		return nil, fmt.Errorf("build chat prompt: %w", err)
+	}
+	return ids, nil
+}
+
+// fitTemplate encodes head and the newest turns, dropping the oldest turns
+// step at a time (whole exchanges), with the generation prompt, in at most
+// budget tokens; the last turn is always kept, and is ErrTooLarge when even
+// it does not fit. The drop is found by bisection: a fitting dialogue
+// encodes once, a long one a few times.
+func fitTemplate(chat *inference.ChatFormat, head, turns []inference.Message, step, budget int) ([]int, error) {
+	encode := func(from int) ([]int, error) {
+		return chat.Encode(slices.Concat(head, turns[from:]), true)
+	}
+	ids, err := encode(0)
+	if err != nil || len(ids) <= budget {
+		return ids, err
+	}
+	tooLarge := fmt.Errorf("%w: the message does not fit in the model context", ErrTooLarge)
+	// Dropping lo·step turns is too long, dropping hi·step fits.
+	lo, hi := 0, (len(turns)-1)/step
+	if hi == lo {
+		return nil, tooLarge
+	}
+	fit, err := encode(hi * step)
+	if err != nil {
+		return nil, err
+	}
+	if len(fit) > budget {
+		return nil, tooLarge
+	}
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		if ids, err = encode(mid * step); err != nil {
+			return nil, err
+		}
+		if len(ids) <= budget {
+			hi, fit = mid, ids
+		} else {
+			lo = mid
+		}
+	}
+	return fit, nil
 }
 
 // encoded caches the encoded turns that every message of a session encodes

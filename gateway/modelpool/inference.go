@@ -10,9 +10,11 @@ import (
 
 // InferenceFactory builds inference.Engines: Load reads a version with
 // inference.LoadCheckpoint, which verifies the sha256 of every file and
-// refuses a mismatch (inference.ErrChecksum), and starts the engine's
-// batching loop; Warmup decodes warmupTokens greedily after a one-line chat
-// prompt, so that the first player does not pay for graph compilation;
+// refuses a mismatch (inference.ErrChecksum), and its chat format with
+// inference.LoadChatFormat (an imported model's chat template, else
+// Parley's layout), and starts the engine's batching loop; Warmup decodes
+// warmupTokens greedily after a one-line chat prompt, so that the first
+// player does not pay for graph compilation;
 // Close stops the engine.
 // Each engine labels its metrics with the version it serves.
 func InferenceFactory(backend inference.BackendConfig, engine inference.EngineConfig, warmupTokens int, log *slog.Logger) Factory[*inference.Engine] {
@@ -25,8 +27,12 @@ func InferenceFactory(backend inference.BackendConfig, engine inference.EngineCo
 			if err != nil {
 				return nil, err
 			}
+			chat, err := inference.LoadChatFormat(dir, tok)
+			if err != nil {
+				return nil, err
+			}
 			ec := engine
-			ec.ModelVersion = version
+			ec.ModelVersion, ec.Chat = version, chat
 			e, err := inference.NewEngine(m, tok, ec, log.With("version", version))
 			if err != nil {
 				return nil, fmt.Errorf("new engine for %s: %w", version, err)
@@ -35,7 +41,7 @@ func InferenceFactory(backend inference.BackendConfig, engine inference.EngineCo
 			return e, nil
 		},
 		Warmup: func(ctx context.Context, e *inference.Engine) error {
-			prompt, err := e.Tokenizer().EncodeChat([]inference.Message{{Role: inference.RoleUser, Text: "Hello!"}}, true)
+			prompt, err := e.Chat().Encode([]inference.Message{{Role: inference.RoleUser, Text: "Hello!"}}, true)
 			if err != nil {
 				return err
 			}

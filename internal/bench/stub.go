@@ -13,6 +13,7 @@ import (
 // for replies that cost nothing; it samples nothing.
 type InstantGenerator struct {
 	tok    *inference.Tokenizer
+	chat   *inference.ChatFormat
 	pieces []string
 	maxSeq int
 }
@@ -22,7 +23,7 @@ var _ gateway.Generator = (*InstantGenerator)(nil)
 // NewInstantGenerator answers with reply, split as tok splits it, and
 // claims a context of maxSeq tokens.
 func NewInstantGenerator(tok *inference.Tokenizer, reply string, maxSeq int) *InstantGenerator {
-	g := &InstantGenerator{tok: tok, maxSeq: maxSeq}
+	g := &InstantGenerator{tok: tok, chat: inference.ParleyChatFormat(tok), maxSeq: maxSeq}
 	for _, id := range tok.EncodeOrdinary(reply) {
 		g.pieces = append(g.pieces, string(tok.TokenBytes(id)))
 	}
@@ -31,6 +32,9 @@ func NewInstantGenerator(tok *inference.Tokenizer, reply string, maxSeq int) *In
 
 // Tokenizer returns the tokenizer the reply was split with.
 func (g *InstantGenerator) Tokenizer() *inference.Tokenizer { return g.tok }
+
+// Chat returns Parley's chat format on the tokenizer.
+func (g *InstantGenerator) Chat() *inference.ChatFormat { return g.chat }
 
 // MaxSeq returns the claimed context size.
 func (g *InstantGenerator) MaxSeq() int { return g.maxSeq }
