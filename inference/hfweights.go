@@ -67,8 +67,8 @@ func loadHFWeights(dir string, cfg ModelConfig, backend BackendConfig) (*Model, 
 // tokenizer.json (LoadTokenizer) with no more tokens than the model, and
 // safetensors weights with every tensor of the config in its shape. It
 // returns the config and the files a registry version of the checkpoint
-// consists of: those, plus tokenizer_config.json, generation_config.json
-// and special_tokens_map.json where present.
+// consists of: those, plus tokenizer_config.json, chat_template.jinja,
+// generation_config.json and special_tokens_map.json where present.
 func CheckHFCheckpoint(dir string) (ModelConfig, []string, error) {
 	fail := func(err error) (ModelConfig, []string, error) {
 		return ModelConfig{}, nil, fmt.Errorf("check model %q: %w", dir, err)
@@ -98,7 +98,7 @@ func CheckHFCheckpoint(dir string) (ModelConfig, []string, error) {
 		return fail(err)
 	}
 	files := append([]string{ConfigFile, TokenizerFile}, weights...)
-	for _, extra := range []string{"tokenizer_config.json", "generation_config.json", "special_tokens_map.json"} {
+	for _, extra := range []string{"tokenizer_config.json", "chat_template.jinja", "generation_config.json", "special_tokens_map.json"} {
 		if _, err := os.Stat(filepath.Join(dir, extra)); err == nil {
 			files = append(files, extra)
 		}
