@@ -95,12 +95,12 @@ func newWithConfig(config string) (b backends.Backend, err error) {
 // decoder or trainer asked for.
 var ErrUnsupported = errors.New("inference: architecture not supported here")
 
-// CPUKernelsSupport returns nil when the hand-written CPU kernels (the CPU
-// decoder and the native trainer) implement c, else an error wrapping
-// ErrUnsupported naming the first feature they lack. They implement
-// Parley's own layout only: multi-head attention, head dim Dim/Heads, no
-// biases, tied embeddings and unscaled rotary frequencies; the GoMLX graph
-// (pure Go or XLA) implements every ModelConfig.
+// CPUKernelsSupport returns nil when the native trainer's hand-written
+// kernels implement c, else an error wrapping ErrUnsupported naming the
+// first feature they lack. They implement Parley's own layout only:
+// multi-head attention, head dim Dim/Heads, no biases, tied embeddings and
+// unscaled rotary frequencies; the CPU decoder and the GoMLX graph (pure Go
+// or XLA) implement every ModelConfig.
 func (c ModelConfig) CPUKernelsSupport() error {
 	var feature string
 	switch {
@@ -117,7 +117,7 @@ func (c ModelConfig) CPUKernelsSupport() error {
 	default:
 		return nil
 	}
-	return fmt.Errorf("the CPU kernels do not implement %s, use the gomlx decoder and trainer: %w", feature, ErrUnsupported)
+	return fmt.Errorf("the native trainer does not implement %s, use the gomlx trainer: %w", feature, ErrUnsupported)
 }
 
 // ResolveModelTrainer is ResolveTrainer for the model m: it also keeps the

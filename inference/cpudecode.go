@@ -18,9 +18,11 @@ import (
 // weight once per step for the whole batch, skips inactive rows, and runs
 // the matmuls, attention and SiLU on a fixed pool of goroutines. Three
 // small AVX2/FMA loops (cpudecode_amd64.s) do the arithmetic where the CPU
-// has them, plain Go elsewhere. The math is Model.forward's (RMSNorm, rotary
-// positions, causal softmax attention, SwiGLU, tied head) and is checked
-// against gomlxDecoder in cpudecode_test.go.
+// has them, plain Go elsewhere. The math is Model.forward's for every
+// ModelConfig (RMSNorm, rotary positions with Llama 3's rescaling,
+// causal softmax attention, grouped or not, any head dim, q/k/v biases,
+// SwiGLU, tied or untied head) and is checked against gomlxDecoder in
+// cpudecode_test.go.
 //
 // The weights are copied out of the Model when first needed and again
 // whenever a variable of the model has been given a new value (a Trainer
@@ -35,8 +37,9 @@ type cpuDecoder struct {
 	pool *cpuPool
 
 	rows, length int
-	// k holds, per layer, the rotated keys transposed, [rows, heads, hd,
-	// length], and v the values [rows, heads, length, hd]: both products of
+	// k holds, per layer, the rotated keys transposed, [rows, kvHeads,
+	// hd, length], and v the values [rows, kvHeads, length, hd]: both
+	// products of
 	// attention then read whole rows of 32 outputs (scores of 32
 	// positions, 32 dims of the output) per input element (axpy32).
 	k, v [][]float32
@@ -47,7 +50,7 @@ type cpuDecoder struct {
 // cpuWeights are the model's weights laid out for the CPU decoder.
 type cpuWeights struct {
 	emb    []float32 // [V, D]
-	head   cpuMatrix // emb again: the embeddings are tied
+	head   cpuMatrix // lm_head, or emb again when the embeddings are tied
 	norm   []float32 // [D]
 	layers []cpuLayer
 	// cos and sin are the rotary tables [MaxSeq, hd/2].
@@ -57,8 +60,9 @@ type cpuWeights struct {
 // cpuLayer is one transformer block; matrices are [out, in].
 type cpuLayer struct {
 	attnNorm, mlpNorm []float32
-	qkv               cpuMatrix // q, k and v projections stacked: [3D, D]
-	o                 cpuMatrix // [D, D]
+	qkv               cpuMatrix // q, k and v projections stacked: [(H+2·KV)·hd, D]
+	qkvBias           []float32 // their biases stacked, nil without
+	o                 cpuMatrix // [D, H·hd]
 	gateUp            cpuMatrix // gate and up projections stacked: [2F, D]
 	down              cpuMatrix // [D, F]
 }
@@ -131,8 +135,13 @@ func (d *cpuDecoder) prepare() error {
 // angles.
 func layOutCPUWeights(c ModelConfig, vals map[string][]float32) *cpuWeights {
 	D, F := c.Dim, c.FFNDim
+	q, qkv := c.Heads*c.HeadDim(), (c.Heads+2*c.KVHeadCount())*c.HeadDim()
 	w := &cpuWeights{emb: vals["model.embed_tokens.weight"], norm: vals["model.norm.weight"]}
-	w.head = newCPUMatrix(w.emb, c.VocabSize, D)
+	head := w.emb
+	if c.UntiedHead {
+		head = vals["lm_head.weight"]
+	}
+	w.head = newCPUMatrix(head, c.VocabSize, D)
 	for i := range c.Layers {
 		p := fmt.Sprintf("model.layers.%d.", i)
 		cat := func(names ...string) []float32 {
@@ -142,28 +151,32 @@ func layOutCPUWeights(c ModelConfig, vals map[string][]float32) *cpuWeights {
 			}
 			return out
 		}
-		w.layers = append(w.layers, cpuLayer{
+		ly := cpuLayer{
 			attnNorm: vals[p+"input_layernorm.weight"],
 			mlpNorm:  vals[p+"post_attention_layernorm.weight"],
-			qkv:      newCPUMatrix(cat("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"), 3*D, D),
-			o:        newCPUMatrix(vals[p+"self_attn.o_proj.weight"], D, D),
+			qkv:      newCPUMatrix(cat("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"), qkv, D),
+			o:        newCPUMatrix(vals[p+"self_attn.o_proj.weight"], D, q),
 			gateUp:   newCPUMatrix(cat("mlp.gate_proj.weight", "mlp.up_proj.weight"), 2*F, D),
 			down:     newCPUMatrix(vals[p+"mlp.down_proj.weight"], D, F),
-		})
+		}
+		if c.QKVBias {
+			ly.qkvBias = cat("self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias")
+		}
+		w.layers = append(w.layers, ly)
 	}
 	w.cos, w.sin = ropeTables(c)
 	return w
 }
 
 // ropeTables tabulates the rotary angles' cosines and sines [MaxSeq, hd/2]
-// exactly as Model.newRope computes them.
+// exactly as Model.newRope computes them, from the same (possibly
+// rescaled) frequencies.
 func ropeTables(c ModelConfig) (cos, sin []float32) {
-	hd := c.HeadDim()
-	half := hd / 2
+	half := c.HeadDim() / 2
 	cos = make([]float32, c.MaxSeq*half)
 	sin = make([]float32, c.MaxSeq*half)
-	for i := range half {
-		inv := float32(1 / math.Pow(c.RopeBase, float64(2*i)/float64(hd)))
+	for i, f := range c.ropeFrequencies() {
+		inv := float32(f)
 		for p := range c.MaxSeq {
 			ang := float64(float32(p) * inv)
 			cos[p*half+i] = float32(math.Cos(ang))
@@ -183,8 +196,8 @@ func (d *cpuDecoder) resize(src []int, rows, length int) error {
 		}
 	}
 	c := d.cfg
-	hd := c.HeadDim()
-	size := rows * c.Heads * length * hd
+	hd, kv := c.HeadDim(), c.KVHeadCount()
+	size := rows * kv * length * hd
 	k, v := make([][]float32, c.Layers), make([][]float32, c.Layers)
 	keep := min(length, d.length)
 	for l := range c.Layers {
@@ -196,9 +209,9 @@ func (d *cpuDecoder) resize(src []int, rows, length int) error {
 			if s < 0 {
 				continue
 			}
-			for h := range c.Heads {
-				to := (r*c.Heads + h) * length * hd
-				from := (s*c.Heads + h) * d.length * hd
+			for h := range kv {
+				to := (r*kv + h) * length * hd
+				from := (s*kv + h) * d.length * hd
 				copy(v[l][to:to+keep*hd], d.v[l][from:from+keep*hd])
 				for i := range hd {
 					copy(k[l][to+i*length:to+i*length+keep], d.k[l][from+i*d.length:from+i*d.length+keep])
@@ -378,14 +391,18 @@ func (d *cpuDecoder) matmul(y, x []float32, m *cpuMatrix, n int, add bool) {
 // tokens of a prompt can be fed together.
 func (d *cpuDecoder) forward(toks, rows, pos, sel []int, logits []float32) {
 	c := d.cfg
-	n, D, F, H, hd := len(toks), c.Dim, c.FFNDim, c.Heads, c.HeadDim()
+	n, D, F, H, KV, hd := len(toks), c.Dim, c.FFNDim, c.Heads, c.KVHeadCount(), c.HeadDim()
+	// A token's row of qkv holds its H query heads, then KV key heads,
+	// then KV value heads; query head h reads key/value head h/group.
+	Q, KVw, group := H*hd, KV*hd, H/KV
+	W := Q + 2*KVw
 	half := hd / 2
 	eps := float32(c.NormEps)
 	w := d.w
 	x := grow(&d.s.x, n*D)
 	hn := grow(&d.s.hn, n*D)
-	qkv := grow(&d.s.qkv, n*3*D)
-	att := grow(&d.s.att, n*D)
+	qkv := grow(&d.s.qkv, n*W)
+	att := grow(&d.s.att, n*Q)
 	gu := grow(&d.s.gu, n*2*F)
 	act := grow(&d.s.act, n*F)
 	for j, id := range toks {
@@ -406,21 +423,27 @@ func (d *cpuDecoder) forward(toks, rows, pos, sel []int, logits []float32) {
 			rmsNormRow(hn[j*D:(j+1)*D], x[j*D:(j+1)*D], ly.attnNorm, eps)
 		}
 		d.matmul(qkv, hn, &ly.qkv, n, false)
-		// Rotate queries and keys, write keys and values to the cache.
+		// Add the biases, rotate queries and keys, write keys and values
+		// to the cache.
 		store := func(lo, hi int) {
 			for j := lo; j < hi; j++ {
 				cs := w.cos[pos[j]*half : (pos[j]+1)*half]
 				sn := w.sin[pos[j]*half : (pos[j]+1)*half]
-				t := qkv[j*3*D : (j+1)*3*D]
+				t := qkv[j*W : (j+1)*W]
+				if ly.qkvBias != nil {
+					axpy(t, 1, ly.qkvBias)
+				}
 				for h := range H {
 					rotate(t[h*hd:(h+1)*hd], cs, sn)
-					kh := t[D+h*hd : D+(h+1)*hd]
+				}
+				for h := range KV {
+					kh := t[Q+h*hd : Q+(h+1)*hd]
 					rotate(kh, cs, sn)
-					base := (rows[j]*H + h) * d.length * hd
+					base := (rows[j]*KV + h) * d.length * hd
 					for i, x := range kh {
 						kc[base+i*d.length+pos[j]] = x
 					}
-					copy(vc[base+pos[j]*hd:base+(pos[j]+1)*hd], t[2*D+h*hd:2*D+(h+1)*hd])
+					copy(vc[base+pos[j]*hd:base+(pos[j]+1)*hd], t[Q+KVw+h*hd:Q+KVw+(h+1)*hd])
 				}
 			}
 		}
@@ -429,9 +452,9 @@ func (d *cpuDecoder) forward(toks, rows, pos, sel []int, logits []float32) {
 			scores := make([]float32, (d.length+31)/32*32)
 			for j := lo; j < hi; j++ {
 				for h := range H {
-					q := qkv[j*3*D+h*hd : j*3*D+(h+1)*hd]
-					base := (rows[j]*H + h) * d.length * hd
-					attendRow(att[j*D+h*hd:j*D+(h+1)*hd], q, kc[base:], vc[base:], d.length, scores[:pos[j]+1], scale)
+					q := qkv[j*W+h*hd : j*W+(h+1)*hd]
+					base := (rows[j]*KV + h/group) * d.length * hd
+					attendRow(att[j*Q+h*hd:j*Q+(h+1)*hd], q, kc[base:], vc[base:], d.length, scores[:pos[j]+1], scale)
 				}
 			}
 		}

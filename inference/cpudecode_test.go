@@ -25,6 +25,16 @@ func oddConfig() ModelConfig {
 	return c
 }
 
+// qwenLikeConfig has Qwen2.5's features (3:1 grouped-query attention,
+// q/k/v biases, tied) with heads of 32, which the attention kernel handles
+// specially, and head dim ≠ dim / heads; gqaTestConfig covers the untied
+// head and llama3 rope scaling at odd sizes.
+func qwenLikeConfig() ModelConfig {
+	c := tinyConfig()
+	c.Dim, c.Heads, c.KVHeads, c.HeadSize, c.QKVBias = 48, 6, 2, 32, true
+	return c
+}
+
 // forEachDecodeKernel runs f with the decoder's 32-wide AVX-512 kernels
 // and again without them (AVX2, or plain Go under purego), when this CPU
 // and build have them; once otherwise.
@@ -371,6 +381,8 @@ func TestCPUDecoderMatchesGoMLX(t *testing.T) {
 		{"sharp weights", tinyConfig(), 0.25},
 		{"odd sizes sharp weights", oddConfig(), 0.2},
 		{"head dim 32 sharp weights", headDim32Config(), 0.15},
+		{"open weights sharp weights", gqaTestConfig(), 0.25},
+		{"grouped heads of 32 sharp weights", qwenLikeConfig(), 0.15},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m, err := NewModel(tc.cfg, DefaultBackendConfig(), 7)

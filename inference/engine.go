@@ -165,11 +165,6 @@ func NewEngine(m *Model, tok *Tokenizer, cfg EngineConfig, logger *slog.Logger) 
 	} else if chat.Tokenizer() != tok {
 		return nil, errors.New("new engine: the chat format encodes with another tokenizer than the engine's")
 	}
-	if cfg.Decoder == DecoderCPU {
-		if err := m.cfg.CPUKernelsSupport(); err != nil {
-			return nil, fmt.Errorf("new engine: decoder %s: %w", DecoderCPU, err)
-		}
-	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -215,10 +210,10 @@ func newDecoder(m *Model, name string) decoder {
 }
 
 // DefaultDecoder is the decoder an engine uses for m when its config names
-// none: DecoderCPU on the pure-Go backend when the CPU kernels implement
-// the architecture (ModelConfig.CPUKernelsSupport), else DecoderGoMLX.
+// none: DecoderCPU on the pure-Go backend, which implements every
+// architecture, else DecoderGoMLX.
 func (m *Model) DefaultDecoder() string {
-	if (m.bcfg.Name == "" || m.bcfg.Name == "go") && m.cfg.CPUKernelsSupport() == nil {
+	if m.bcfg.Name == "" || m.bcfg.Name == "go" {
 		return DecoderCPU
 	}
 	return DecoderGoMLX
