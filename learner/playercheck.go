@@ -84,6 +84,10 @@ type PlayerCheck struct {
 	Hazard        Interval `json:"hazard"`
 	GenericHazard Interval `json:"generic_hazard"`
 	HazardDiff    Interval `json:"hazard_diff"`
+	// OnTopic is the share of first replies that name one of the player's
+	// interests (engaged, revealed or a new interest, by the players'
+	// rules); the rest name none of them or another topic.
+	OnTopic Interval `json:"on_topic"`
 	// Samples are the first conversations with the NPC.
 	Samples []schema.Dialogue `json:"samples"`
 }
@@ -124,6 +128,7 @@ func CheckNPC(ctx context.Context, dir string, vocab simulator.Vocabulary, cfg P
 	type played struct {
 		dialogue        schema.Dialogue
 		hazard, generic float64
+		onTopic         bool
 		flaws           []simulator.Flaw
 	}
 	out := make([]played, len(players))
@@ -154,7 +159,8 @@ func CheckNPC(ctx context.Context, dir string, vocab simulator.Vocabulary, cfg P
 					return
 				}
 				if turn == 1 {
-					out[i].hazard = conv.Assess(reply).Hazard
+					a := conv.Assess(reply)
+					out[i].hazard, out[i].onTopic = a.Hazard, a.Engaged || a.Revealed || a.NewInterest
 				}
 				out[i].flaws = append(out[i].flaws, vocab.Check(reply))
 				if turn == cfg.MaxTurns {
@@ -178,9 +184,12 @@ func CheckNPC(ctx context.Context, dir string, vocab simulator.Vocabulary, cfg P
 	}
 
 	res := PlayerCheck{Players: len(players), Flaws: make(map[simulator.Flaw]int)}
-	hazard, generic, good, replies := make([]float64, len(out)), make([]float64, len(out)), make([]float64, len(out)), make([]float64, len(out))
+	hazard, generic, good, replies, onTopic := make([]float64, len(out)), make([]float64, len(out)), make([]float64, len(out)), make([]float64, len(out)), make([]float64, len(out))
 	for i, o := range out {
 		hazard[i], generic[i], replies[i] = o.hazard, o.generic, float64(len(o.flaws))
+		if o.onTopic {
+			onTopic[i] = 1
+		}
 		for _, f := range o.flaws {
 			if f == "" {
 				good[i]++
@@ -202,6 +211,7 @@ func CheckNPC(ctx context.Context, dir string, vocab simulator.Vocabulary, cfg P
 	}
 	res.HazardDiff = bootstrapRatio(rng, diff, nil, cfg.Resamples)
 	res.WellFormed = bootstrapRatio(rng, good, replies, cfg.Resamples)
+	res.OnTopic = bootstrapRatio(rng, onTopic, nil, cfg.Resamples)
 	return res, nil
 }
 
@@ -313,6 +323,7 @@ func WritePlayerCheck(w io.Writer, name string, c PlayerCheck) error {
 	fmt.Fprintf(&b, "hazard after first reply   %s\n", c.Hazard)
 	fmt.Fprintf(&b, "  scripted generic NPC     %s\n", c.GenericHazard)
 	fmt.Fprintf(&b, "  difference (paired)      %s\n", c.HazardDiff)
+	fmt.Fprintf(&b, "first replies on topic     %s\n", c.OnTopic)
 	flaws := make([]string, 0, len(c.Flaws))
 	for f, n := range c.Flaws {
 		flaws = append(flaws, fmt.Sprintf("%s %d", f, n))

@@ -44,7 +44,8 @@ func TestCheckNPC(t *testing.T) {
 	if want := float64(got.Replies-flawed) / float64(got.Replies); math.Abs(got.WellFormed.Mean-want) > 1e-12 {
 		t.Errorf("well-formed share %g; want %g (%d replies, %d flawed)", got.WellFormed.Mean, want, got.Replies, flawed)
 	}
-	for name, iv := range map[string]Interval{"well-formed": got.WellFormed, "hazard": got.Hazard, "generic hazard": got.GenericHazard, "difference": got.HazardDiff} {
+	for name, iv := range map[string]Interval{"well-formed": got.WellFormed, "hazard": got.Hazard, "generic hazard": got.GenericHazard,
+		"difference": got.HazardDiff, "on topic": got.OnTopic} {
 		if iv.Low > iv.Mean || iv.Mean > iv.High {
 			t.Errorf("%s: mean %g outside its interval [%g, %g]", name, iv.Mean, iv.Low, iv.High)
 		}
