@@ -46,8 +46,9 @@ type BootstrapConfig struct {
 // trainer: a ~1M-parameter model (the default architecture, d128, 4
 // layers, with a 1,024-token vocabulary; 4 MB a checkpoint) trained 250
 // steps of 16 sequences (about 6,300 tokens a step, 1.6M in all, for the
-// user agent; 7,600 and 1.9M for the NPC, whose dialogues run longer). The user agent learns from the ~940 dialogues of 300 generated
-// players with scripted NPCs of mixed quality. The NPC learns from ~1,900
+// user agent; 7,600 and 1.9M for the NPC, whose dialogues run longer).
+// The user agent learns from the ~940 dialogues of 300 generated players
+// with scripted NPCs of mixed quality. The NPC learns from ~1,900
 // dialogues of the same players with the good scripted NPC alone (from
 // the mixed corpus it would learn the off-topic, filler and retention
 // lines too), on lines that repeat the player's own word (BootstrapScript),
