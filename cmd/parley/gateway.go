@@ -57,7 +57,7 @@ func gatewayFlags(f *pflag.FlagSet, cfg *gatewayd.Config) {
 	f.StringVar(&cfg.Registry, "registry", cfg.Registry, "root of the model registry")
 	f.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory of the event spool and loading versions")
 	f.DurationVar(&cfg.SessionLog.CommitWindow, "spool-commit-window", cfg.SessionLog.CommitWindow,
-		"fsync the events written to the spool within this window together (0: every Publish waits for its fsync, durable against power loss)")
+		"acknowledge an event once written and fsync those written within this window together (durable against a process crash, not a power loss); 0, the default: every event waits for the fsync it shares with concurrent ones")
 	f.StringVar(&gc.Deployment, "deployment", gc.Deployment, "deployment name (rollout state and events)")
 	f.StringVar(&cfg.Pool.Model, "model", cfg.Pool.Model, "registry model served")
 	f.StringVar(&cfg.Instance, "instance", cfg.Instance, "this gateway's name in the fleet")

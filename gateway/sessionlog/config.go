@@ -57,7 +57,8 @@ type Config struct {
 }
 
 // DefaultConfig writes to schema.SessionsTopic with a 1 GiB spool of 16 MiB
-// segments, fsync'd in a 5 ms commit window, and batches a trickle of events
+// segments, acknowledges an event only after the fsync it shares with the
+// events published beside it (no commit window), and batches a trickle of events
 // over 10 ms; Brokers and SpoolDir must be set.
 func DefaultConfig() Config {
 	return Config{
@@ -65,7 +66,7 @@ func DefaultConfig() Config {
 		AllowAutoTopicCreation: true,
 		SpoolMaxBytes:          1 << 30,
 		SegmentBytes:           16 << 20,
-		CommitWindow:           5 * time.Millisecond,
+		CommitWindow:           0,
 		BatchMaxEvents:         1000,
 		BatchMaxBytes:          512 << 10,
 		Linger:                 10 * time.Millisecond,
