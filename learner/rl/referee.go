@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -308,7 +308,24 @@ func (s *RefereeSample) Judge(ctx context.Context, policy Policy, ua Environment
 	rep.Turns, rep.RankedGroups = len(allP), len(taus)
 	if len(taus) > 0 {
 		rep.KendallTau = stat.Mean(taus, nil)
-		rep.KendallTauCILow, rep.KendallTauCIHigh = BootstrapMeanCI(taus, s.cfg.Resamples, 0.95, s.cfg.Seed)
+		// Groups are independent: each is its own cluster.
+		groups := make([]string, len(taus))
+		for i := range groups {
+			groups[i] = strconv.Itoa(i)
+		}
+		mean := func(units []int) float64 {
+			sum := 0.0
+			for _, u := range units {
+				sum += taus[u]
+			}
+			return sum / float64(len(units))
+		}
+		var err error
+		rep.KendallTauCILow, rep.KendallTauCIHigh, err = ClusterBootstrap(groups, mean,
+			BootstrapConfig{Resamples: s.cfg.Resamples, Level: 0.95, Seed: s.cfg.Seed})
+		if err != nil {
+			return rep, fmt.Errorf("judge: %w", err)
+		}
 	}
 	if r := stat.Correlation(allP, allH, nil); !math.IsNaN(r) {
 		rep.Pearson = r
@@ -427,25 +444,4 @@ func cmpFloat(a, b float64) int {
 		return 1
 	}
 	return 0
-}
-
-// BootstrapMeanCI is the percentile bootstrap confidence interval at level
-// of the mean of xs: the empirical quantiles (1−level)/2 and (1+level)/2
-// of the means of resamples resamples of xs with replacement, drawn from
-// seed. It is (0, 0) for no values.
-func BootstrapMeanCI(xs []float64, resamples int, level float64, seed uint64) (low, high float64) {
-	if len(xs) == 0 || resamples < 1 {
-		return 0, 0
-	}
-	rng := rand.New(rand.NewPCG(seed, 0xb007))
-	means := make([]float64, resamples)
-	for b := range means {
-		s := 0.0
-		for range xs {
-			s += xs[rng.IntN(len(xs))]
-		}
-		means[b] = s / float64(len(xs))
-	}
-	slices.Sort(means)
-	return stat.Quantile((1-level)/2, stat.Empirical, means, nil), stat.Quantile((1+level)/2, stat.Empirical, means, nil)
 }

@@ -43,28 +43,6 @@ func TestKendallTauB(t *testing.T) {
 	}
 }
 
-func TestBootstrapMeanCI(t *testing.T) {
-	if lo, hi := BootstrapMeanCI([]float64{0.4, 0.4, 0.4}, 200, 0.95, 1); math.Abs(lo-0.4) > 1e-12 || math.Abs(hi-0.4) > 1e-12 {
-		t.Errorf("CI of a constant = [%v, %v]; want [0.4, 0.4]", lo, hi)
-	}
-	xs := []float64{-0.2, 0.1, 0.3, 0.5, 0.6, 0.2, 0.9, 0.0, 0.4, 0.35}
-	lo, hi := BootstrapMeanCI(xs, 2000, 0.95, 7)
-	mean := 0.315
-	if !(lo < mean && mean < hi) || lo < -0.2 || hi > 0.9 {
-		t.Errorf("CI = [%v, %v]; want it around the mean %v and inside the data's range", lo, hi, mean)
-	}
-	// The mean's standard error is about 0.1: a 95 % interval spans about 0.4.
-	if w := hi - lo; w < 0.2 || w > 0.6 {
-		t.Errorf("CI width %v; want about 0.4", w)
-	}
-	if lo2, hi2 := BootstrapMeanCI(xs, 2000, 0.95, 7); lo2 != lo || hi2 != hi {
-		t.Errorf("same seed gave [%v, %v], then [%v, %v]", lo, hi, lo2, hi2)
-	}
-	if lo, hi := BootstrapMeanCI(nil, 100, 0.95, 1); lo != 0 || hi != 0 {
-		t.Errorf("CI of nothing = [%v, %v]; want [0, 0]", lo, hi)
-	}
-}
-
 func TestRefereeReportPass(t *testing.T) {
 	good := RefereeReport{KendallTau: 0.35, KendallTauCILow: 0.25, KendallTauCIHigh: 0.45, Pearson: 0.7, SimRealAvgL: 1.02, Groups: 300, RankedGroups: 280}
 	with := func(f func(*RefereeReport)) RefereeReport { r := good; f(&r); return r }
