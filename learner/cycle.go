@@ -74,17 +74,18 @@ type CycleConfig struct {
 	Backend     inference.BackendConfig `json:"backend"`
 }
 
-// DefaultCycleConfig runs a small AT-GRPO cycle (W=4, w=2, γ=2, L=4, four
-// trees per step, 10 steps, lr 2e-4: the experiment's small profile) every
+// DefaultCycleConfig runs a small AT-GRPO cycle (W=4, w=2, γ=2, L=6, four
+// trees per step, 10 steps, lr 2e-4, NPC turns of up to 48 tokens: the
+// experiment's small profile, trained and evaluated at the same L) every
 // 200 new sessions or 6 hours, fitting 2 CPU cores.
 func DefaultCycleConfig() CycleConfig {
 	c := rl.DefaultConfig()
-	c.Tree.W, c.Tree.Width, c.Tree.Depth = 4, 2, 4
+	c.Tree.W, c.Tree.Width, c.Tree.Depth = 4, 2, 6
 	c.Batch, c.Workers, c.Steps = 4, 4, 10
 	c.Update.Train.LearningRate = 2e-4
 	c.Update.MiniBatch = 32
 	pc := rl.DefaultPolicyConfig()
-	pc.Sampling.MaxTokens = 24
+	pc.Sampling.MaxTokens = 48
 	ua := simulator.DefaultUserAgentConfig()
 	ua.Sampling.MaxTokens = 16
 	pop := simulator.DefaultPopulationConfig()
