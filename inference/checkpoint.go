@@ -2,9 +2,7 @@ package inference
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -98,7 +96,7 @@ func writeCheckpointFiles(tmp string, m *Model, tok *Tokenizer, man *schema.Mani
 	}
 	man.Files = map[string]string{}
 	for _, name := range []string{ConfigFile, WeightsFile, TokenizerFile} {
-		sum, err := fileSHA256(filepath.Join(tmp, name))
+		sum, err := schema.FileSHA256(filepath.Join(tmp, name))
 		if err != nil {
 			return err
 		}
@@ -161,7 +159,7 @@ func LoadCheckpoint(dir string, backend BackendConfig) (*Model, *Tokenizer, sche
 		if filepath.Base(name) != name {
 			return fail(fmt.Errorf("manifest lists %q outside the version directory", name))
 		}
-		sum, err := fileSHA256(filepath.Join(dir, name))
+		sum, err := schema.FileSHA256(filepath.Join(dir, name))
 		if err != nil {
 			return fail(err)
 		}
@@ -240,17 +238,4 @@ func writeSafetensors(w io.Writer, names []string, vals map[string][]float32, di
 		}
 	}
 	return nil
-}
-
-func fileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("hash %q: %w", path, err)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }

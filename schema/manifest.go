@@ -1,8 +1,12 @@
 package schema
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"regexp"
 	"time"
 )
@@ -61,4 +65,19 @@ func (m Manifest) Validate() error {
 		return errors.New("manifest: created_at is required")
 	}
 	return nil
+}
+
+// FileSHA256 is the hex-encoded sha256 of a file, as Manifest.Files
+// records it.
+func FileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("hash %q: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -2,12 +2,9 @@ package registry
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -54,7 +51,7 @@ func (l *Local) Import(ctx context.Context, model, version, srcDir string, files
 				return fail(err)
 			}
 		}
-		sum, err := hashFile(dst)
+		sum, err := schema.FileSHA256(dst)
 		if err != nil {
 			return fail(err)
 		}
@@ -71,19 +68,6 @@ func (l *Local) Import(ctx context.Context, model, version, srcDir string, files
 		return fail(err)
 	}
 	return l.Publish(ctx, model, version, stage)
-}
-
-func hashFile(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("hash %q: %w", path, err)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // NextVersion returns "v<N+1>" for the highest "v<N>" of model in s ("v1"
