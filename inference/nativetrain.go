@@ -76,6 +76,7 @@ type nativeBlock struct {
 // forward's, kept for the backward, and the backward's scratch.
 type nativeActs struct {
 	n                 int // token rows: the batch's sequences back to back
+	probs             int // attention probabilities of one block: Σ heads·len²
 	toks, tgts, pos   []int
 	sel, tgtSel       []int // the rows through the LM head and their targets
 	seqs              []seqSpan
@@ -270,18 +271,33 @@ func (t *NativeTrainer) layoutBatch(seqs [][]int) error {
 			a.toks, a.tgts, a.pos = append(a.toks, s[j]), append(a.tgts, s[j+1]), append(a.pos, j)
 		}
 	}
-	a.n = len(a.toks)
+	a.n, a.probs = len(a.toks), probs
+	return nil
+}
+
+// growActs sizes the activations for the batch laid out: every block's,
+// with its attention probabilities, when keep is set (a backward follows),
+// else only the first block's without probabilities, which a forward-only
+// pass reuses for every block.
+func (t *NativeTrainer) growActs(keep bool) {
+	a := &t.a
 	n, D, F := a.n, t.mc.Dim, t.mc.FFNDim
 	if len(a.blocks) != t.mc.Layers {
 		a.blocks = make([]blockActs, t.mc.Layers)
 	}
-	for i := range a.blocks {
-		b := &a.blocks[i]
+	blocks := a.blocks
+	if !keep {
+		blocks = blocks[:1]
+	}
+	for i := range blocks {
+		b := &blocks[i]
 		grow(&b.x, n*D)
 		grow(&b.rstd1, n)
 		grow(&b.hn1, n*D)
 		grow(&b.qkv, n*3*D)
-		grow(&b.probs, probs)
+		if keep {
+			grow(&b.probs, a.probs)
+		}
 		grow(&b.att, n*D)
 		grow(&b.xmid, n*D)
 		grow(&b.rstd2, n)
@@ -292,16 +308,19 @@ func (t *NativeTrainer) layoutBatch(seqs [][]int) error {
 	grow(&a.xf, n*D)
 	grow(&a.rstdF, n)
 	grow(&a.hf, n*D)
-	return nil
 }
 
 // forward runs the model over the batch laid out by layoutBatch and puts
 // into a.logp the log-probabilities of the targets of the rows in sel (all
-// rows when sel is nil).
-func (t *NativeTrainer) forward(sel []int) {
+// rows when sel is nil). With keep it keeps every block's activations for
+// backward; without, the blocks run one after the other in the first
+// block's buffers and the attention probabilities stay in per-head scratch,
+// with the same arithmetic, so the log-probs are the same.
+func (t *NativeTrainer) forward(sel []int, keep bool) {
 	c, a, p := t.mc, &t.a, t.pool
 	n, D, F := a.n, c.Dim, c.FFNDim
 	eps := float32(c.NormEps)
+	t.growActs(keep)
 	if !t.packed {
 		t.head.pack(p)
 		for i := range t.blocks {
@@ -315,19 +334,26 @@ func (t *NativeTrainer) forward(sel []int) {
 	}
 	embeddingForward(a.blocks[0].x, t.emb, a.toks, D)
 	for l := range t.blocks {
-		b, ba := &t.blocks[l], &a.blocks[l]
+		b, ba, probs := &t.blocks[l], &a.blocks[0], []float32(nil)
+		if keep {
+			ba, probs = &a.blocks[l], a.blocks[l].probs
+		}
 		rmsnormForward(p, ba.hn1, ba.rstd1, ba.x, b.attnNorm, n, D, eps)
 		linearForward(p, ba.qkv, ba.hn1, &b.qkv, n, false)
 		ropeForward(p, ba.qkv, a.pos, t.cos, t.sin, n, 3*D, D, c.HeadDim())
-		attentionForward(p, ba.att, ba.probs, ba.qkv, a.seqs, D, c.Heads)
+		attentionForward(p, ba.att, probs, ba.qkv, a.seqs, D, c.Heads)
 		copy(ba.xmid, ba.x)
 		linearForward(p, ba.xmid, ba.att, &b.o, n, true)
 		rmsnormForward(p, ba.hn2, ba.rstd2, ba.xmid, b.mlpNorm, n, D, eps)
 		linearForward(p, ba.gu, ba.hn2, &b.gateUp, n, false)
 		swigluForward(p, ba.act, ba.gu, n, F)
 		next := a.xf
-		if l+1 < len(t.blocks) {
+		switch {
+		case l+1 == len(t.blocks):
+		case keep:
 			next = a.blocks[l+1].x
+		default:
+			next = ba.x // x is in xmid already
 		}
 		copy(next, ba.xmid)
 		linearForward(p, next, ba.act, &b.down, n, true)
@@ -488,7 +514,7 @@ func (t *NativeTrainer) Step(batch Batch) (float32, error) {
 	}
 	var loss float64
 	if len(sel) > 0 {
-		t.forward(sel)
+		t.forward(sel, true)
 		for k, lp := range t.a.logp {
 			loss -= float64(w[k]) * float64(lp)
 		}
@@ -524,7 +550,7 @@ func (t *NativeTrainer) StepWeighted(seqs [][]int, weigh TokenWeightsFunc) (floa
 	if err := t.begin(seqs); err != nil {
 		return 0, fmt.Errorf("native train step: %w", err)
 	}
-	t.forward(nil)
+	t.forward(nil, true)
 	weights, loss, err := weigh(t.splitLogProbs())
 	if err != nil {
 		return 0, fmt.Errorf("native train step: %w", err)
@@ -557,7 +583,7 @@ func (t *NativeTrainer) LogProbs(seqs [][]int) ([][]float32, error) {
 	if err := t.begin(seqs); err != nil {
 		return nil, fmt.Errorf("native log probs: %w", err)
 	}
-	t.forward(nil)
+	t.forward(nil, false)
 	return t.splitLogProbs(), nil
 }
 

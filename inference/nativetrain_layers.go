@@ -170,10 +170,11 @@ type seqSpan struct {
 	off, len, probOff int
 }
 
-// attnScratch is one attention head's packed operands and score gradients.
+// attnScratch is one attention head's packed operands, its probabilities
+// when the caller keeps none, and its score gradients.
 type attnScratch struct {
 	b1, b2 packedMatrix
-	dp     []float32
+	p, dp  []float32
 }
 
 var attnScratchPool = sync.Pool{New: func() any { return new(attnScratch) }}
@@ -192,7 +193,8 @@ func causalBlocks(L int, f func(i0, i1 int)) {
 // attentionForward computes causal softmax attention within each sequence:
 // for qkv [n, 3d] (rotated queries, rotated keys, values) it writes att
 // [n, d] and keeps the probabilities, per sequence and head a [len, len]
-// matrix (zero above the diagonal), in probs. Each sequence and head is one
+// matrix (zero above the diagonal), in probs; with probs nil, a forward
+// with no backward, they are dropped after each head. Each sequence and head is one
 // parallel unit; its products run on the gemm micro-kernel.
 func attentionForward(pool *cpuPool, att, probs, qkv []float32, seqs []seqSpan, d, heads int) {
 	hd := d / heads
@@ -205,7 +207,12 @@ func attentionForward(pool *cpuPool, att, probs, qkv []float32, seqs []seqSpan, 
 			s, h := seqs[u/heads], u%heads
 			L := s.len
 			q, k, v := s.off*w+h*hd, s.off*w+d+h*hd, s.off*w+2*d+h*hd
-			p := probs[s.probOff+h*L*L : s.probOff+(h+1)*L*L]
+			var p []float32
+			if probs != nil {
+				p = probs[s.probOff+h*L*L : s.probOff+(h+1)*L*L]
+			} else {
+				p = grow(&sc.p, L*L)
+			}
 			// Scores q·kᵀ up to the diagonal, then a causal softmax of
 			// each row, then the output p·v.
 			sc.b1.packCols(nil, qkv[k:], L, hd, w)

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -171,7 +172,7 @@ func nativeWeightedLoss(t testing.TB, tr *NativeTrainer, seqs [][]int, w [][]flo
 	if err := tr.begin(seqs); err != nil {
 		t.Fatal(err)
 	}
-	tr.forward(nil)
+	tr.forward(nil, true)
 	flat := make([]float32, 0, tr.a.n)
 	for _, r := range w {
 		flat = append(flat, r...)
@@ -409,6 +410,45 @@ func TestNativeWeightedStepFollowsSign(t *testing.T) {
 // TestNativeCheckpointRoundTrip saves a model trained natively and loads it
 // on the GoMLX path, and trains the loaded one with GoMLX and reads that
 // back into a native trainer: both paths give the same log-probs.
+// TestNativeLogProbsMatchKeptForward checks that LogProbs, which reuses one
+// block's buffers for every block, gives bit for bit the log-probs of the
+// forward that keeps them all for a backward, before and after one.
+func TestNativeLogProbsMatchKeptForward(t *testing.T) {
+	c := tinyConfig()
+	c.Layers = 3
+	m, err := NewModel(c, DefaultBackendConfig(), 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := NewNativeTrainer(m, DefaultTrainConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	seqs := [][]int{repeatedText(40), {5, 9, 2}, repeatedText(17)}
+	first, err := tr.LogProbs(seqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.begin(seqs); err != nil {
+		t.Fatal(err)
+	}
+	tr.forward(nil, true)
+	kept := tr.splitLogProbs()
+	again, err := tr.LogProbs(seqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range seqs {
+		if d := maxAbsDiff(first[i], kept[i]); d != 0 {
+			t.Errorf("sequence %d: LogProbs differs from the kept forward by %g", i, d)
+		}
+		if d := maxAbsDiff(again[i], kept[i]); d != 0 {
+			t.Errorf("sequence %d: LogProbs after a kept forward differs by %g", i, d)
+		}
+	}
+}
+
 func TestNativeCheckpointRoundTrip(t *testing.T) {
 	tok := tinyTokenizer(t)
 	cfg := tinyConfig()
@@ -646,4 +686,50 @@ func ExampleNativeTrainer_StepWeighted() {
 	})
 	fmt.Println(err, tr.Steps())
 	// Output: <nil> 1
+}
+
+// BenchmarkNativeLogProbsMemory reports the heap a forward over 16×512
+// tokens of the default model leaves in the trainer's activations
+// (held-B/op) and allocates in all (alloc-B/op): LogProbs, which keeps
+// only what the forward needs, against the forward that keeps every
+// block's activations for a backward.
+func BenchmarkNativeLogProbsMemory(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	seqs := make([][]int, 16)
+	for i := range seqs {
+		seqs[i] = make([]int, 513)
+		for j := range seqs[i] {
+			seqs[i][j] = rng.IntN(2048)
+		}
+	}
+	for _, keep := range []bool{true, false} {
+		b.Run(fmt.Sprintf("keep=%v", keep), func(b *testing.B) {
+			m, err := NewModel(DefaultModelConfig(), DefaultBackendConfig(), 1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var held, alloc float64
+			for range b.N {
+				tr, err := NewNativeTrainer(m, DefaultTrainConfig())
+				if err != nil {
+					b.Fatal(err)
+				}
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				if err := tr.begin(seqs); err != nil {
+					b.Fatal(err)
+				}
+				tr.forward(nil, keep)
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				runtime.KeepAlive(tr)
+				held += float64(after.HeapAlloc) - float64(before.HeapAlloc)
+				alloc += float64(after.TotalAlloc - before.TotalAlloc)
+				tr.Close()
+			}
+			b.ReportMetric(held/float64(b.N), "held-B/op")
+			b.ReportMetric(alloc/float64(b.N), "alloc-B/op")
+		})
+	}
 }
