@@ -176,16 +176,9 @@ func LoadCheckpoint(dir string, backend BackendConfig) (*Model, *Tokenizer, sche
 			return fail(fmt.Errorf("manifest does not list %s", name))
 		}
 	}
-	cfg, err := ReadHFConfig(filepath.Join(dir, ConfigFile))
+	cfg, tok, err := readConfigAndTokenizer(dir)
 	if err != nil {
 		return fail(err)
-	}
-	tok, err := LoadTokenizer(filepath.Join(dir, TokenizerFile))
-	if err != nil {
-		return fail(err)
-	}
-	if tok.VocabSize() > cfg.VocabSize {
-		return fail(fmt.Errorf("tokenizer has %d tokens, model only %d", tok.VocabSize(), cfg.VocabSize))
 	}
 	m, err := loadHFWeights(dir, cfg, backend)
 	if err != nil {

@@ -73,16 +73,9 @@ func CheckHFCheckpoint(dir string) (ModelConfig, []string, error) {
 	fail := func(err error) (ModelConfig, []string, error) {
 		return ModelConfig{}, nil, fmt.Errorf("check model %q: %w", dir, err)
 	}
-	cfg, err := ReadHFConfig(filepath.Join(dir, ConfigFile))
+	cfg, _, err := readConfigAndTokenizer(dir)
 	if err != nil {
 		return fail(err)
-	}
-	tok, err := LoadTokenizer(filepath.Join(dir, TokenizerFile))
-	if err != nil {
-		return fail(err)
-	}
-	if tok.VocabSize() > cfg.VocabSize {
-		return fail(fmt.Errorf("tokenizer has %d tokens, model only %d", tok.VocabSize(), cfg.VocabSize))
 	}
 	w, err := openHFWeights(dir)
 	if err != nil {
@@ -104,6 +97,23 @@ func CheckHFCheckpoint(dir string) (ModelConfig, []string, error) {
 		}
 	}
 	return cfg, files, nil
+}
+
+// readConfigAndTokenizer reads dir's config.json and tokenizer.json and
+// checks that the tokenizer fits the model's vocabulary.
+func readConfigAndTokenizer(dir string) (ModelConfig, *Tokenizer, error) {
+	cfg, err := ReadHFConfig(filepath.Join(dir, ConfigFile))
+	if err != nil {
+		return ModelConfig{}, nil, err
+	}
+	tok, err := LoadTokenizer(filepath.Join(dir, TokenizerFile))
+	if err != nil {
+		return ModelConfig{}, nil, err
+	}
+	if tok.VocabSize() > cfg.VocabSize {
+		return ModelConfig{}, nil, fmt.Errorf("tokenizer has %d tokens, model only %d", tok.VocabSize(), cfg.VocabSize)
+	}
+	return cfg, tok, nil
 }
 
 // HFWeightFiles lists the weight files of the checkpoint in dir: the index
