@@ -73,17 +73,8 @@ func TestOpenAISDK(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- gatewayd.Run(runCtx, cfg, tel) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("gateway Run after shutdown = %v; want nil", err)
-		}
-	})
 	base := "http://" + cfg.Gateway.Addr
-	testenv.WaitReady(t, base+"/readyz", done)
+	testenv.Serve(ctx, t, base+"/readyz", func(ctx context.Context) error { return gatewayd.Run(ctx, cfg, tel) })
 	key, err := gateway.CreateKey(ctx, rds.Client, rds.Prefix, "game", gateway.RolePlayerClient)
 	if err != nil {
 		t.Fatal(err)

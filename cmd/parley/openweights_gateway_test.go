@@ -109,16 +109,8 @@ func TestOpenWeightsGateway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- gatewayd.Run(ctx, cfg, tel) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("gateway Run after shutdown = %v; want nil", err)
-		}
-	}()
 	base := "http://" + cfg.Gateway.Addr
-	testenv.WaitReady(t, base+"/readyz", done)
+	testenv.Serve(ctx, t, base+"/readyz", func(ctx context.Context) error { return gatewayd.Run(ctx, cfg, tel) })
 	playerKey, err := gateway.CreateKey(ctx, rds.Client, rds.Prefix, "game", gateway.RolePlayerClient)
 	if err != nil {
 		t.Fatal(err)

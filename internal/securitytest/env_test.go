@@ -46,7 +46,7 @@ type env struct {
 func startGateway(t *testing.T) *env {
 	t.Helper()
 	rds, k := testenv.StartRedis(t), testenv.StartKafka(t)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx := context.Background()
 
 	cfg := gatewayd.DefaultConfig()
 	cfg.RedisAddr, cfg.Registry, cfg.DataDir = rds.Addr, filepath.Join(t.TempDir(), "registry"), t.TempDir()
@@ -66,22 +66,13 @@ func startGateway(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- gatewayd.Run(ctx, cfg, tel) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("gateway Run after shutdown = %v; want nil", err)
-		}
-	})
-
 	e := &env{
 		base: "http://" + cfg.Gateway.Addr, rds: rds, kafka: k, topic: cfg.SessionLog.Topic, logs: logs,
 		// A fresh connection per request: a 413 closes its connection, and
 		// no case should ride on the state another left behind.
 		client: &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}},
 	}
-	testenv.WaitReady(t, e.base+"/readyz", done)
+	testenv.Serve(ctx, t, e.base+"/readyz", func(ctx context.Context) error { return gatewayd.Run(ctx, cfg, tel) })
 
 	mk := func(client string, role gateway.Role) string {
 		key, err := gateway.CreateKey(ctx, rds.Client, rds.Prefix, client, role)

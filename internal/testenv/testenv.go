@@ -189,3 +189,27 @@ func WaitReady(t testing.TB, url string, done <-chan error) {
 	}
 	t.Fatalf("%s not ready within 90s", url)
 }
+
+// Serve runs a server (run, on a context of ctx) until the test ends and
+// waits until readyURL answers 200. At cleanup it cancels run's context and
+// fails the test unless run returned nil; a server that exits early fails
+// the wait.
+func Serve(ctx context.Context, t testing.TB, readyURL string, run func(context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	errc, exited := make(chan error, 1), make(chan struct{})
+	var runErr error
+	go func() {
+		runErr = run(ctx)
+		close(exited)
+		errc <- runErr
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-exited
+		if runErr != nil {
+			t.Errorf("server of %s after shutdown = %v; want nil", readyURL, runErr)
+		}
+	})
+	WaitReady(t, readyURL, errc)
+}
