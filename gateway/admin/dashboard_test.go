@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,6 +25,45 @@ var dashboardPNG = flag.String("dashboard.png", "", "also copy the dashboard scr
 // chromium is the Debian package's browser (apt-get install -y chromium).
 const chromium = "/usr/bin/chromium"
 
+// chromiumCmd is Chromium with args in a process group of its own, with a
+// fresh profile and HOME. Chromium's helper processes outlive a killed
+// browser and go on writing its profile, so cancelling ctx kills the whole
+// group, and so does the test's cleanup, before the profile is removed.
+func chromiumCmd(ctx context.Context, t *testing.T, args ...string) *exec.Cmd {
+	t.Helper()
+	profile, home := tempDir(t), tempDir(t)
+	cmd := exec.CommandContext(ctx, chromium, append([]string{"--user-data-dir=" + profile}, args...)...)
+	cmd.Env = append(os.Environ(), "HOME="+home)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	t.Cleanup(func() {
+		if cmd.Process != nil {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		}
+	})
+	return cmd
+}
+
+// tempDir is a directory removed after the test, retried for a few seconds
+// while killed processes finish writing into it.
+func tempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "parley-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for range 50 {
+			if err := os.RemoveAll(dir); err == nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Logf("could not remove %s", dir)
+	})
+	return dir
+}
+
 // runChromium runs headless Chromium on url with extra flags and returns
 // its standard output.
 func runChromium(t *testing.T, url string, extra ...string) []byte {
@@ -33,14 +73,13 @@ func runChromium(t *testing.T, url string, extra ...string) []byte {
 	args := []string{
 		"--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
 		"--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
-		"--disable-extensions", "--hide-scrollbars", "--user-data-dir=" + t.TempDir(),
+		"--disable-extensions", "--hide-scrollbars",
 		"--window-size=1280,1600", "--virtual-time-budget=5000",
 	}
 	args = append(append(args, extra...), url)
-	cmd := exec.CommandContext(ctx, chromium, args...)
+	cmd := chromiumCmd(ctx, t, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("chromium %s: %v\n%s", strings.Join(extra, " "), err, stderr.Bytes())
 	}
@@ -140,11 +179,10 @@ func startBrowser(t *testing.T, url string) *browser {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+	cmd := chromiumCmd(ctx, t, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
 		"--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
-		"--disable-extensions", "--user-data-dir="+t.TempDir(), "--remote-debugging-pipe", "about:blank")
+		"--disable-extensions", "--remote-debugging-pipe", "about:blank")
 	cmd.ExtraFiles = []*os.File{toBrowser, fromBrowser} // fds 3 and 4
-	cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
