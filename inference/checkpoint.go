@@ -48,6 +48,18 @@ type checkpointConfig struct {
 // written into a temporary directory next to dir and renamed into place, so a
 // reader never sees a partial version; dir must not exist or be empty.
 func SaveCheckpoint(dir string, m *Model, tok *Tokenizer, man schema.Manifest) error {
+	return SaveImportedCheckpoint(dir, m, tok, nil, man)
+}
+
+// SaveImportedCheckpoint is SaveCheckpoint for a model imported from a
+// Hugging Face checkpoint (or fine-tuned from one), whose HFFiles src
+// (ReadHFFiles of that checkpoint) the version carries: its chat files as
+// they were, listed in the manifest, and a config.json that is the
+// original's with Parley's description of m written over it (the dtype is
+// float32, as the weights Parley writes). The version loads with
+// LoadCheckpoint and LoadChatFormat and answers through the same template.
+// A nil src is SaveCheckpoint.
+func SaveImportedCheckpoint(dir string, m *Model, tok *Tokenizer, src HFFiles, man schema.Manifest) error {
 	if tok == nil {
 		return fmt.Errorf("save checkpoint %q: nil tokenizer", dir)
 	}
@@ -63,7 +75,7 @@ func SaveCheckpoint(dir string, m *Model, tok *Tokenizer, man schema.Manifest) e
 		return fmt.Errorf("save checkpoint %q: %w", dir, err)
 	}
 	defer os.RemoveAll(tmp) // no-op after a successful rename
-	if err := writeCheckpointFiles(tmp, m, tok, &man); err != nil {
+	if err := writeCheckpointFiles(tmp, m, tok, src, &man); err != nil {
 		return fmt.Errorf("save checkpoint %q: %w", dir, err)
 	}
 	if err := os.Rename(tmp, dir); err != nil {
@@ -72,10 +84,15 @@ func SaveCheckpoint(dir string, m *Model, tok *Tokenizer, man schema.Manifest) e
 	return nil
 }
 
-func writeCheckpointFiles(tmp string, m *Model, tok *Tokenizer, man *schema.Manifest) error {
+func writeCheckpointFiles(tmp string, m *Model, tok *Tokenizer, src HFFiles, man *schema.Manifest) error {
 	cfgJSON, err := marshalConfig(m.cfg)
 	if err != nil {
 		return err
+	}
+	if original, ok := src[ConfigFile]; ok {
+		if cfgJSON, err = mergeHFConfig(original, cfgJSON); err != nil {
+			return err
+		}
 	}
 	if err := atomicfile.Write(filepath.Join(tmp, ConfigFile), append(cfgJSON, '\n'), 0o644); err != nil {
 		return err
@@ -94,8 +111,13 @@ func writeCheckpointFiles(tmp string, m *Model, tok *Tokenizer, man *schema.Mani
 	if err := tok.Save(filepath.Join(tmp, TokenizerFile)); err != nil {
 		return err
 	}
+	for _, name := range src.chatNames() {
+		if err := atomicfile.Write(filepath.Join(tmp, name), src[name], 0o644); err != nil {
+			return err
+		}
+	}
 	man.Files = map[string]string{}
-	for _, name := range []string{ConfigFile, WeightsFile, TokenizerFile} {
+	for _, name := range append([]string{ConfigFile, WeightsFile, TokenizerFile}, src.chatNames()...) {
 		sum, err := schema.FileSHA256(filepath.Join(tmp, name))
 		if err != nil {
 			return err
@@ -134,7 +156,8 @@ func marshalConfig(c ModelConfig) ([]byte, error) {
 // Face checkpoint imported into the registry (bf16/f16/f32, sharded or not;
 // see OpenHFModel). It verifies the sha256 of every file listed in
 // manifest.json first and returns an error wrapping ErrChecksum, naming the
-// file, on any mismatch.
+// file, on any mismatch. An imported model's chat files, which the manifest
+// lists too, are read with LoadChatFormat and ReadHFFiles.
 func LoadCheckpoint(dir string, backend BackendConfig) (*Model, *Tokenizer, schema.Manifest, error) {
 	var man schema.Manifest
 	fail := func(err error) (*Model, *Tokenizer, schema.Manifest, error) {
