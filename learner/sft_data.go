@@ -50,6 +50,9 @@ const DefaultNPCCard = inference.CompanionCard
 type npcPrompt struct {
 	cards       map[string]string
 	defaultCard string
+	// chat is the model's chat format (an imported model's template); nil
+	// means Parley's layout on the tokenizer at hand.
+	chat *inference.ChatFormat
 }
 
 func (p npcPrompt) card(npcID string) string {
@@ -57,60 +60,6 @@ func (p npcPrompt) card(npcID string) string {
 		return c
 	}
 	return p.defaultCard
-}
-
-// instance is the whole dialogue with loss on the NPC turns (their text
-// and <|end|>), cut to maxSeq tokens.
-func (p npcPrompt) instance(tok *inference.Tokenizer, d schema.Dialogue, maxSeq int) (instance, error) {
-	var in instance
-	add := func(role, text string, loss bool) error {
-		ids, err := tok.EncodeChat([]inference.Message{{Role: role, Text: text}}, false)
-		if err != nil {
-			return err
-		}
-		for k := range ids {
-			w := float32(0)
-			if loss && k > 0 { // not the <|npc|> marker, which always follows <|end|>
-				w = 1
-			}
-			in.weights = append(in.weights, w)
-		}
-		in.tokens = append(in.tokens, ids...)
-		return nil
-	}
-	if err := add(inference.RoleSystem, p.card(d.NPCID), false); err != nil {
-		return instance{}, err
-	}
-	for _, x := range d.Exchanges {
-		if err := add(inference.RoleUser, x.User, false); err != nil {
-			return instance{}, err
-		}
-		if err := add(inference.RoleNPC, x.NPC, true); err != nil {
-			return instance{}, err
-		}
-	}
-	return in.truncate(maxSeq), nil
-}
-
-// generationPrompt is the prompt for the NPC's reply in exchange k
-// (0-based): card, exchanges before k, the user turn of k, then <|npc|>.
-// Oldest exchanges are dropped to fit within budget tokens.
-func (p npcPrompt) generationPrompt(tok *inference.Tokenizer, d schema.Dialogue, k, budget int) ([]int, error) {
-	for first := 0; first <= k; first++ {
-		msgs := []inference.Message{{Role: inference.RoleSystem, Text: p.card(d.NPCID)}}
-		for _, x := range d.Exchanges[first:k] {
-			msgs = append(msgs, inference.Message{Role: inference.RoleUser, Text: x.User}, inference.Message{Role: inference.RoleNPC, Text: x.NPC})
-		}
-		msgs = append(msgs, inference.Message{Role: inference.RoleUser, Text: d.Exchanges[k].User})
-		ids, err := tok.EncodeChat(msgs, true)
-		if err != nil {
-			return nil, err
-		}
-		if len(ids) <= budget {
-			return ids, nil
-		}
-	}
-	return nil, fmt.Errorf("prompt of exchange %d of %s: %w", k+1, d.SessionID, inference.ErrTooLong)
 }
 
 // userInstances are the user-agent SFT instances of one target dialogue
