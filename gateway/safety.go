@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"regexp"
+	"regexp/syntax"
+	"slices"
 	"strings"
 	"unicode"
 
@@ -71,7 +73,7 @@ const RefusalReply = "I can't help with that, friend. Let's get back to our adve
 var (
 	leetReplacer = strings.NewReplacer("0", "o", "1", "i", "3", "e", "4", "a", "5", "s", "7", "t", "@", "a", "$", "s", "’", "'")
 
-	crisisRE = regexp.MustCompile(`\b(` +
+	crisisRE = mustKeywordRE(`\b(` +
 		`(kill|killing|hurt|hurting|harm|harming|cut|cutting|hang|hanging|drown|drowning) (my ?self|me)|` +
 		`end(ing)? (my|it) (own )?(life|all)|take (my|away my) (own )?life|` +
 		`suicid(e|al)( thoughts?| note| plan)?|self ?harm(ing)?|` +
@@ -83,9 +85,9 @@ var (
 		`overdos(e|ing)|jump(ing)? off (a|the) (bridge|building|roof)` +
 		`)\b`)
 	// crisisExceptRE clears game talk that crisisRE would catch.
-	crisisExceptRE = regexp.MustCompile(`\bsuicide (mission|squad|run|pact card)\b`)
+	crisisExceptRE = mustKeywordRE(`\bsuicide (mission|squad|run|pact card)\b`)
 
-	jailbreakRE = regexp.MustCompile(`\b(` +
+	jailbreakRE = mustKeywordRE(`\b(` +
 		`(ignore|disregard|forget|override) (all |any |the |your |my )*(previous |prior |above |earlier |original )?(instructions|rules|prompts?|programming|guidelines)|` +
 		`(system|hidden|secret|initial|original) (prompt|instructions)|reveal (your|the) (prompt|instructions|rules)|` +
 		`developer mode|dan mode|do anything now|jailbr(eak|oken)|(admin|administrator|root) password|` +
@@ -95,14 +97,14 @@ var (
 		`act as an? (unfiltered|uncensored|unrestricted)|pretend (you are|to be|you're) (not an? )?(ai|chatbot|language model|an? unfiltered)` +
 		`)\b`)
 
-	illegalRE = regexp.MustCompile(`\b(` +
+	illegalRE = mustKeywordRE(`\b(` +
 		`(make|making|build|building|cook|cooking|synthesi[sz]e|produce|mix) (a |an |some )?(pipe )?(bomb|explosives?|meth|methamphetamine|cocaine|heroin|fentanyl|nerve gas|ricin|napalm|ghost gun)|` +
 		`(buy|buying|sell|selling|get|score) (some )?(drugs|cocaine|heroin|meth|fentanyl|weed illegally)|` +
 		`hack(ing)? into|steal(ing)? (someone'?s? |a |their )?(credit cards?|card numbers|identity|passwords?|bank)|credit card numbers|` +
 		`launder(ing)? money|money laundering|child (porn|sexual)|sex(ual)? with (a )?(minor|child|kid)` +
 		`)\b`)
 
-	selfHarmOutputRE = regexp.MustCompile(`\b(kill (your ?self|urself)|kys|end your (own )?life|you should die|cut your ?self)\b`)
+	selfHarmOutputRE = mustKeywordRE(`\b(kill (your ?self|urself)|kys|end your (own )?life|you should die|cut your ?self)\b`)
 )
 
 // chatSpeak expands the chat abbreviations players write (the simulator's
@@ -198,4 +200,80 @@ func leaksCard(reply, card string) bool {
 		}
 	}
 	return false
+}
+
+// keywordRE is a guard rule's regexp with a cheap test in front of it: every
+// match of the regexp contains one of the strings in need, so a text that
+// contains none of them (most messages) is cleared without running the
+// regexp, which costs tens of times more.
+type keywordRE struct {
+	re   *regexp.Regexp
+	need []string // nil: no such strings were found, the regexp always runs
+}
+
+// mustKeywordRE compiles expr and derives the strings one of which its every match holds.
+func mustKeywordRE(expr string) keywordRE {
+	parsed, err := syntax.Parse(expr, syntax.Perl)
+	if err != nil {
+		panic(err)
+	}
+	return keywordRE{re: regexp.MustCompile(expr), need: requiredStrings(parsed.Simplify())}
+}
+
+// MatchString reports whether the regexp matches s.
+func (k keywordRE) MatchString(s string) bool {
+	if k.need != nil && !slices.ContainsFunc(k.need, func(w string) bool { return strings.Contains(s, w) }) {
+		return false
+	}
+	return k.re.MatchString(s)
+}
+
+// requiredStrings returns strings one of which every match of re contains,
+// or nil when it finds none (re can match without any literal text, or uses
+// case folding).
+func requiredStrings(re *syntax.Regexp) []string {
+	switch re.Op {
+	case syntax.OpLiteral:
+		if re.Flags&syntax.FoldCase != 0 {
+			return nil
+		}
+		return []string{string(re.Rune)}
+	case syntax.OpCapture, syntax.OpPlus:
+		return requiredStrings(re.Sub[0])
+	case syntax.OpRepeat:
+		if re.Min < 1 {
+			return nil
+		}
+		return requiredStrings(re.Sub[0])
+	case syntax.OpAlternate:
+		var all []string
+		for _, sub := range re.Sub {
+			need := requiredStrings(sub)
+			if need == nil {
+				return nil
+			}
+			all = append(all, need...)
+		}
+		return all
+	case syntax.OpConcat:
+		// Every part's strings are required; the part whose shortest string
+		// is longest is the most selective.
+		var best []string
+		for _, sub := range re.Sub {
+			if need := requiredStrings(sub); need != nil && (best == nil || shortest(need) > shortest(best)) {
+				best = need
+			}
+		}
+		return best
+	}
+	return nil
+}
+
+// shortest is the length of the shortest of ss.
+func shortest(ss []string) int {
+	n := len(ss[0])
+	for _, s := range ss[1:] {
+		n = min(n, len(s))
+	}
+	return n
 }

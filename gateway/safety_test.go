@@ -3,6 +3,7 @@ package gateway
 import (
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -173,5 +174,62 @@ func TestAdversarialPlayers(t *testing.T) {
 	evs := parseSSE(t, r.body)
 	if len(evs) != 2 || evs[0].name != "token" || evs[1].name != "done" {
 		t.Fatalf("SSE crisis events = %+v; want token then done", evs)
+	}
+}
+
+// TestKeywordREMatchesItsRegexp checks that the guard rules' keyword test
+// never clears a text that their regexp matches, and that it exists for
+// every rule (an unusable one would only cost time).
+func TestKeywordREMatchesItsRegexp(t *testing.T) {
+	rules := map[string]keywordRE{"crisis": crisisRE, "crisis-except": crisisExceptRE, "jailbreak": jailbreakRE,
+		"illegal": illegalRE, "self-harm-output": selfHarmOutputRE}
+	texts := []string{"", "  ", normalize(testConfig("x").Personas["mira"].Card), normalize(RefusalReply), normalize(CrisisReply)}
+	for _, a := range adversarial {
+		texts = append(texts, normalize(a.text))
+	}
+	// Every text the rules were written for, from their own alternatives.
+	for _, k := range rules {
+		for _, alt := range strings.Split(k.re.String(), "|") {
+			texts = append(texts, normalize(alt))
+		}
+	}
+	matched := 0
+	for name, k := range rules {
+		if k.need == nil {
+			t.Errorf("rule %s has no keywords: every text runs its regexp", name)
+		}
+		for _, x := range texts {
+			want := k.re.MatchString(x)
+			if got := k.MatchString(x); got != want {
+				t.Errorf("rule %s on %q: keyword test says %v, regexp %v", name, x, got, want)
+			}
+			if want {
+				matched++
+			}
+		}
+	}
+	if matched < len(adversarial)/2 {
+		t.Errorf("only %d texts matched a rule; the test lost its positive cases", matched)
+	}
+}
+
+func TestRequiredStrings(t *testing.T) {
+	cases := []struct {
+		expr string
+		want []string
+	}{
+		{`abc`, []string{"abc"}},
+		{`\b(ab|cd)e?\b`, []string{"ab", "cd"}},
+		{`x*(longer|words) y`, []string{"longer", "words"}},
+		{`(ab)+c`, []string{"ab"}},
+		{`a|b*`, nil},
+		{`(?i)abc`, nil},
+		{`.*`, nil},
+	}
+	for _, c := range cases {
+		got := mustKeywordRE(c.expr).need
+		if !slices.Equal(got, c.want) {
+			t.Errorf("requiredStrings(%s) = %q; want %q", c.expr, got, c.want)
+		}
 	}
 }
