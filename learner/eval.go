@@ -199,7 +199,7 @@ func (ev evaluator) evaluate(ctx context.Context, m *inference.Model, tok *infer
 	}
 	met.PPL, met.Tokens = Perplexity(nll, n), n
 
-	eng, stop, err := startEngine(m, tok, ev.cfg.ScoreBatch, ev.logger)
+	eng, stop, err := startEngine(m, ev.prompt.format(tok), ev.cfg.ScoreBatch, ev.logger)
 	if err != nil {
 		return Metrics{}, fmt.Errorf("evaluate: %w", err)
 	}
@@ -230,12 +230,12 @@ func (ev evaluator) evaluate(ctx context.Context, m *inference.Model, tok *infer
 	return met, nil
 }
 
-// startEngine runs an inference engine on m until the returned stop is
-// called.
-func startEngine(m *inference.Model, tok *inference.Tokenizer, scoreBatch int, logger *slog.Logger) (*inference.Engine, func(), error) {
+// startEngine runs an inference engine on m, prompted and stopped in chat's
+// format, until the returned stop is called.
+func startEngine(m *inference.Model, chat *inference.ChatFormat, scoreBatch int, logger *slog.Logger) (*inference.Engine, func(), error) {
 	cfg := inference.DefaultEngineConfig()
-	cfg.ScoreBatch = scoreBatch
-	eng, err := inference.NewEngine(m, tok, cfg, logger)
+	cfg.ScoreBatch, cfg.Chat = scoreBatch, chat
+	eng, err := inference.NewEngine(m, chat.Tokenizer(), cfg, logger)
 	if err != nil {
 		return nil, nil, err
 	}

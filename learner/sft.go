@@ -201,6 +201,9 @@ type SFTResult struct {
 	// on using it.
 	TrainedModel *inference.Model     `json:"-"`
 	Tokenizer    *inference.Tokenizer `json:"-"`
+	// Chat is the trained model's chat format: an imported model's
+	// template, else Parley's layout.
+	Chat *inference.ChatFormat `json:"-"`
 }
 
 // TrainSFT fine-tunes the configured agent on dialogues (DESIGN.md §5):
@@ -232,11 +235,15 @@ func TrainSFT(ctx context.Context, cfg SFTConfig, dialogues []schema.Dialogue, l
 	if err != nil {
 		return nil, fmt.Errorf("train sft: %w", err)
 	}
-	m, tok, err := startingModel(ctx, cfg, runDir, ckpt, train, logger)
+	m, tok, hf, err := startingModel(ctx, cfg, runDir, ckpt, train, logger)
 	if err != nil {
 		return nil, fmt.Errorf("train sft: %w", err)
 	}
-	prompt := npcPrompt{cards: cfg.NPCCards, defaultCard: cfg.DefaultCard}
+	chat, err := inference.LoadChatFormat(runDir, tok)
+	if err != nil {
+		return nil, fmt.Errorf("train sft: %w", err)
+	}
+	prompt := npcPrompt{cards: cfg.NPCCards, defaultCard: cfg.DefaultCard, chat: chat}
 	risks := trainingRisks(train, cfg.MaxTurns)
 	insts, err := buildInstances(cfg.Role, tok, cfg.UserAgent, prompt, train, risks, m.Config().MaxSeq, float32(cfg.DecisionWeight))
 	if err != nil {
@@ -277,7 +284,7 @@ func TrainSFT(ctx context.Context, cfg SFTConfig, dialogues []schema.Dialogue, l
 		return nil, fmt.Errorf("train sft: evaluate the trained model: %w", err)
 	}
 	logger.Info("sft: trained model evaluated", "role", cfg.Role, "ppl", res.After.PPL, "rho", res.After.Rho, "term_log_loss", res.After.TermLogLoss)
-	res.TrainedModel, res.Tokenizer = m, tok
+	res.TrainedModel, res.Tokenizer, res.Chat = m, tok, chat
 
 	publish := cfg.Registry != ""
 	if cfg.Gate != nil {
@@ -306,7 +313,7 @@ func TrainSFT(ctx context.Context, cfg SFTConfig, dialogues []schema.Dialogue, l
 		DataWindow:      dataWindow(train),
 		Metrics:         res.After.Map(),
 	}
-	if res.Manifest, err = publishModel(ctx, cfg.Registry, cfg.Version, cfg.DataDir, m, tok, man); err != nil {
+	if res.Manifest, err = publishModel(ctx, cfg.Registry, cfg.Version, cfg.DataDir, m, tok, hf, man); err != nil {
 		return nil, fmt.Errorf("train sft: %w", err)
 	}
 	res.Published, res.Version = true, res.Manifest.Version
@@ -324,28 +331,37 @@ func TrainSFT(ctx context.Context, cfg SFTConfig, dialogues []schema.Dialogue, l
 // startingModel loads the model a run starts from: the run's own
 // tokenizer and architecture when resuming (the weights come from the
 // checkpoint), else the parent version, else a fresh model with a
-// tokenizer trained on the training dialogues. It saves the tokenizer and
-// architecture into the run directory.
-func startingModel(ctx context.Context, cfg SFTConfig, runDir string, ckpt *checkpoint, train []schema.Dialogue, logger *slog.Logger) (*inference.Model, *inference.Tokenizer, error) {
+// tokenizer trained on the training dialogues. It saves the tokenizer
+// into the run directory, and the HFFiles of a parent imported from
+// Hugging Face (its chat template among them), which it returns.
+func startingModel(ctx context.Context, cfg SFTConfig, runDir string, ckpt *checkpoint, train []schema.Dialogue, logger *slog.Logger) (*inference.Model, *inference.Tokenizer, inference.HFFiles, error) {
 	tokPath := filepath.Join(runDir, inference.TokenizerFile)
 	if ckpt != nil {
 		tok, err := inference.LoadTokenizer(tokPath)
 		if err != nil {
-			return nil, nil, fmt.Errorf("resume: %w", err)
+			return nil, nil, nil, fmt.Errorf("resume: %w", err)
+		}
+		hf, err := inference.ReadHFFiles(runDir)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("resume: %w", err)
 		}
 		m, err := inference.NewModel(ckpt.Arch, cfg.Backend, int64(cfg.Seed))
 		if err != nil {
-			return nil, nil, fmt.Errorf("resume: %w", err)
+			return nil, nil, nil, fmt.Errorf("resume: %w", err)
 		}
-		return m, tok, nil
+		return m, tok, hf, nil
 	}
 	var m *inference.Model
 	var tok *inference.Tokenizer
+	var hf inference.HFFiles
 	if cfg.Parent != "" {
+		parent := filepath.Join(cfg.Registry, cfg.Model, cfg.Parent)
 		var err error
-		m, tok, _, err = inference.LoadCheckpoint(filepath.Join(cfg.Registry, cfg.Model, cfg.Parent), cfg.Backend)
-		if err != nil {
-			return nil, nil, fmt.Errorf("load parent %s/%s: %w", cfg.Model, cfg.Parent, err)
+		if m, tok, _, err = inference.LoadCheckpoint(parent, cfg.Backend); err != nil {
+			return nil, nil, nil, fmt.Errorf("load parent %s/%s: %w", cfg.Model, cfg.Parent, err)
+		}
+		if hf, err = inference.ReadHFFiles(parent); err != nil {
+			return nil, nil, nil, fmt.Errorf("load parent %s/%s: %w", cfg.Model, cfg.Parent, err)
 		}
 	} else {
 		texts := []string{cfg.DefaultCard, cfg.UserAgent.DemoHeader, cfg.UserAgent.CurrentHeader, "[End Risk: 0.00]"}
@@ -359,19 +375,22 @@ func startingModel(ctx context.Context, cfg SFTConfig, runDir string, ckpt *chec
 		}
 		var err error
 		if tok, err = inference.TrainTokenizer(texts, cfg.VocabSize); err != nil {
-			return nil, nil, fmt.Errorf("train tokenizer: %w", err)
+			return nil, nil, nil, fmt.Errorf("train tokenizer: %w", err)
 		}
 		arch := cfg.Arch
 		arch.VocabSize = tok.VocabSize()
 		if m, err = inference.NewModel(arch, cfg.Backend, int64(cfg.Seed)); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		logger.Info("sft: fresh model", "params", arch.Params(), "vocab", arch.VocabSize)
 	}
 	if err := tok.Save(tokPath); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return m, tok, ctx.Err()
+	if err := hf.Write(runDir); err != nil {
+		return nil, nil, nil, err
+	}
+	return m, tok, hf, ctx.Err()
 }
 
 // sftRun is the training loop of one run.
@@ -711,8 +730,9 @@ func dataWindow(ds []schema.Dialogue) *schema.DataWindow {
 }
 
 // publishModel saves m as a new version of man.Model in the registry at
-// root: version, or the next free "vN" when empty.
-func publishModel(ctx context.Context, root, version, scratch string, m *inference.Model, tok *inference.Tokenizer, man schema.Manifest) (schema.Manifest, error) {
+// root: version, or the next free "vN" when empty. hf are the files of an
+// imported model's checkpoint the version carries (nil for Parley's own).
+func publishModel(ctx context.Context, root, version, scratch string, m *inference.Model, tok *inference.Tokenizer, hf inference.HFFiles, man schema.Manifest) (schema.Manifest, error) {
 	reg, err := registry.NewLocal(root)
 	if err != nil {
 		return schema.Manifest{}, err
@@ -729,7 +749,7 @@ func publishModel(ctx context.Context, root, version, scratch string, m *inferen
 	}
 	defer os.RemoveAll(tmp)
 	dir := filepath.Join(tmp, version)
-	if err := inference.SaveCheckpoint(dir, m, tok, man); err != nil {
+	if err := inference.SaveImportedCheckpoint(dir, m, tok, hf, man); err != nil {
 		return schema.Manifest{}, fmt.Errorf("publish %s/%s: %w", man.Model, version, err)
 	}
 	return reg.Publish(ctx, man.Model, version, dir)

@@ -62,13 +62,13 @@ func Messages(st State) []inference.Message {
 	return msgs
 }
 
-// ModelPolicy is the dialogue agent as a Policy: it renders each state with
-// the chat template and samples the NPC's turn from a Generator (the
+// ModelPolicy is the dialogue agent as a Policy: it renders each state in
+// the model's chat format and samples the NPC's turn from a Generator (the
 // inference Engine), all requests of a batch in flight together so the
 // engine batches them.
 type ModelPolicy struct {
 	gen    Generator
-	tok    *inference.Tokenizer
+	chat   *inference.ChatFormat
 	cfg    PolicyConfig
 	maxSeq int
 	end    int
@@ -77,29 +77,38 @@ type ModelPolicy struct {
 	rng *rand.Rand
 }
 
-// NewModelPolicy returns a policy sampling from gen. maxSeq is the model's
-// context: prompts lose their oldest exchanges until a turn of
-// cfg.Sampling.MaxTokens fits.
+// NewModelPolicy returns a policy sampling from gen in Parley's chat
+// layout on tok (NewChatPolicy with inference.ParleyChatFormat).
 func NewModelPolicy(gen Generator, tok *inference.Tokenizer, maxSeq int, cfg PolicyConfig) (*ModelPolicy, error) {
+	return NewChatPolicy(gen, inference.ParleyChatFormat(tok), maxSeq, cfg)
+}
+
+// NewChatPolicy returns a policy sampling from gen, its prompts in chat
+// (an imported model's template, or Parley's layout). A turn ends at the
+// format's TurnEnd alone, so that the token that closes a sampled turn is
+// known and its log-prob is the one the policy sampled. maxSeq is the
+// model's context: prompts lose their oldest exchanges until a turn of
+// cfg.Sampling.MaxTokens fits.
+func NewChatPolicy(gen Generator, chat *inference.ChatFormat, maxSeq int, cfg PolicyConfig) (*ModelPolicy, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	end, ok := tok.TokenID(inference.TokEnd)
-	if !ok {
+	end := chat.TurnEnd()
+	if end < 0 {
 		return nil, fmt.Errorf("new model policy: tokenizer has no %s token", inference.TokEnd)
 	}
 	if maxSeq <= cfg.Sampling.MaxTokens+8 {
 		return nil, fmt.Errorf("new model policy: context %d too small for %d new tokens", maxSeq, cfg.Sampling.MaxTokens)
 	}
-	return &ModelPolicy{gen: gen, tok: tok, cfg: cfg, maxSeq: maxSeq, end: end, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed))}, nil
+	return &ModelPolicy{gen: gen, chat: chat, cfg: cfg, maxSeq: maxSeq, end: end, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed))}, nil
 }
 
-// Encode renders st with the chat template (player text stays ordinary
-// text) into prompt token ids that leave room for a turn.
+// Encode renders st in the chat format (player text stays ordinary text)
+// into prompt token ids that leave room for a turn.
 func (p *ModelPolicy) Encode(st State) ([]int, error) {
 	budget := p.maxSeq - p.cfg.Sampling.MaxTokens - 1
 	for {
-		ids, err := p.tok.EncodeChat(Messages(st), true)
+		ids, err := p.chat.Encode(Messages(st), true)
 		if err != nil {
 			return nil, fmt.Errorf("encode state of %q: %w", st.Prompt.ID, err)
 		}
