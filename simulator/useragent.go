@@ -35,6 +35,9 @@ type UserAgentConfig struct {
 	// dialogue and the current dialogue.
 	DemoHeader    string `json:"demo_header"`
 	CurrentHeader string `json:"current_header"`
+	// Calibration maps the model's termination logit to P_T; the zero
+	// value leaves it as the model gives it (FitCalibration).
+	Calibration Calibration `json:"calibration"`
 }
 
 // DefaultUserAgentConfig returns the paper's defaults: λ = 0.02 every 10
@@ -57,7 +60,7 @@ func (c UserAgentConfig) Validate() error {
 	if c.DemoHeader == "" || c.CurrentHeader == "" {
 		return errors.New("user agent: demo and current headers are required")
 	}
-	return nil
+	return c.Calibration.Validate()
 }
 
 // TerminationShare is P_T = P([Terminate]) / (P([Terminate]) + P([Continue]))
@@ -265,39 +268,80 @@ func NewUserAgent(eng UserAgentEngine, cfg UserAgentConfig) (*UserAgent, error) 
 	return &UserAgent{eng: eng, cfg: cfg, cont: cont, term: term}, nil
 }
 
-// Step answers a whole level of a rollout at RL step `step`: it scores every
-// query's [Terminate] and [Continue] in one engine call, samples the
-// terminations with their probabilities p, and generates the replies of the
-// players that go on, all queued at once so the engine batches them. The
-// same seed gives the same terminations and sampling seeds.
-func (u *UserAgent) Step(ctx context.Context, step int, queries []UserAgentQuery, seed uint64) ([]UserAgentAnswer, error) {
-	if len(queries) == 0 {
-		return nil, nil
+// TerminationScore is the user agent's end probability for one query,
+// without a termination draw or a reply.
+type TerminationScore struct {
+	// Logit is log P([Terminate]) − log P([Continue]) as the model gives it.
+	Logit float64 `json:"logit"`
+	PT    float64 `json:"p_t"` // σ of the calibrated logit
+	P     float64 `json:"p"`   // min(α·2·P_T, 1)
+	// Truncated counts the demos and oldest exchanges left out to fit the context.
+	Truncated int `json:"truncated,omitempty"`
+}
+
+// Terminations scores every query's [Terminate] and [Continue] in one
+// engine call and returns the end probabilities at RL step `step`: the p
+// that Step acts on, for callers that need p alone (the referee, the
+// calibration), without sampling or generating anything.
+func (u *UserAgent) Terminations(ctx context.Context, step int, queries []UserAgentQuery) ([]TerminationScore, error) {
+	scores, _, err := u.terminations(ctx, step, queries)
+	if err != nil {
+		return nil, fmt.Errorf("user agent terminations: %w", err)
 	}
+	return scores, nil
+}
+
+// terminations fits and scores the queries; it also returns their prompts.
+func (u *UserAgent) terminations(ctx context.Context, step int, queries []UserAgentQuery) ([]TerminationScore, [][]int, error) {
 	tok := u.eng.Tokenizer()
 	budget := u.budget()
 	prompts := make([][]int, len(queries))
-	answers := make([]UserAgentAnswer, len(queries))
+	scores := make([]TerminationScore, len(queries))
 	for i, q := range queries {
 		ids, dropped, err := u.fit(tok, q, budget)
 		if err != nil {
-			return nil, fmt.Errorf("user agent step: query %d: %w", i, err)
+			return nil, nil, fmt.Errorf("query %d: %w", i, err)
 		}
-		prompts[i], answers[i].Truncated = ids, dropped
+		prompts[i], scores[i].Truncated = ids, dropped
 	}
-
+	if len(queries) == 0 {
+		return scores, prompts, nil
+	}
 	// One Score call for the level: the prompts' common prefix is the
 	// shared prompt, and each query contributes two continuations.
 	lps, err := u.score(ctx, prompts)
 	if err != nil {
-		return nil, fmt.Errorf("user agent step: %w", err)
+		return nil, nil, err
 	}
 	alpha := DynamicAlpha(u.cfg.Lambda, u.cfg.StepInterval, step)
+	for i := range scores {
+		sc := &scores[i]
+		sc.Logit = lps[2*i] - lps[2*i+1]
+		sc.PT = u.cfg.Calibration.TerminationShare(sc.Logit)
+		sc.P = EndProbability(sc.PT, alpha)
+	}
+	return scores, prompts, nil
+}
+
+// Step answers a whole level of a rollout at RL step `step`: it scores every
+// query's [Terminate] and [Continue] in one engine call (Terminations),
+// samples the terminations with their probabilities p, and generates the
+// replies of the players that go on, all queued at once so the engine
+// batches them. The same seed gives the same terminations and sampling
+// seeds.
+func (u *UserAgent) Step(ctx context.Context, step int, queries []UserAgentQuery, seed uint64) ([]UserAgentAnswer, error) {
+	if len(queries) == 0 {
+		return nil, nil
+	}
+	scores, prompts, err := u.terminations(ctx, step, queries)
+	if err != nil {
+		return nil, fmt.Errorf("user agent step: %w", err)
+	}
+	answers := make([]UserAgentAnswer, len(queries))
 	rng := rand.New(rand.NewPCG(seed, uint64(step)))
-	for i := range answers {
+	for i, sc := range scores {
 		a := &answers[i]
-		a.PT = TerminationShare(lps[2*i], lps[2*i+1])
-		a.P = EndProbability(a.PT, alpha)
+		a.PT, a.P, a.Truncated = sc.PT, sc.P, sc.Truncated
 		a.Terminated = rng.Float64() < a.P
 		a.Reward = StepReward(a.P, a.Terminated)
 	}

@@ -237,6 +237,19 @@ func TestUserAgentStep(t *testing.T) {
 	for i, a := range got[:3] {
 		t.Logf("query %d: P_T %.4f p %.4f r %.4f terminated %v truncated %d reply %q", i, a.PT, a.P, a.Reward, a.Terminated, a.Truncated, a.Reply)
 	}
+	// The scoring-only path gives the p that Step acted on.
+	scores, err := ua.Terminations(t.Context(), step, qs)
+	if err != nil {
+		t.Fatalf("Terminations: %v", err)
+	}
+	for i, sc := range scores {
+		if sc.P != got[i].P || sc.PT != got[i].PT || sc.Truncated != got[i].Truncated {
+			t.Errorf("query %d: Terminations %+v; Step answered P_T %g, p %g, truncated %d", i, sc, got[i].PT, got[i].P, got[i].Truncated)
+		}
+		if want := TerminationShare(sc.Logit, 0); math.Abs(sc.PT-want) > 1e-12 {
+			t.Errorf("query %d: P_T %g; want σ(logit %g) = %g uncalibrated", i, sc.PT, sc.Logit, want)
+		}
+	}
 	again, err := ua.Step(t.Context(), step, qs, 42)
 	if err != nil {
 		t.Fatal(err)

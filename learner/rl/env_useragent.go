@@ -26,7 +26,10 @@ type UserAgentEnv struct {
 	seed uint64
 }
 
-var _ Environment = (*UserAgentEnv)(nil)
+var (
+	_ Environment = (*UserAgentEnv)(nil)
+	_ EndScorer   = (*UserAgentEnv)(nil)
+)
 
 // respondInFlight bounds the user agent steps of one Respond call in flight
 // at once (each queues at most one reply on the engine).
@@ -130,6 +133,45 @@ func (e *UserAgentEnv) Respond(ctx context.Context, step int, turns []Turn) ([]R
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("user agent env: %w", err)
+	}
+	return out, nil
+}
+
+// EndProbabilities returns the user agent's p for every turn without
+// drawing terminations or generating replies (simulator.UserAgent's
+// Terminations): the p that Respond acts on. Turns of the same context go
+// to the user agent together, so their shared prompt is scored once.
+func (e *UserAgentEnv) EndProbabilities(ctx context.Context, step int, turns []Turn) ([]float64, error) {
+	byContext := map[uint64][]int{}
+	var order []uint64
+	for i, t := range turns {
+		k := e.contextSeed(t.State)
+		if _, ok := byContext[k]; !ok {
+			order = append(order, k)
+		}
+		byContext[k] = append(byContext[k], i)
+	}
+	out := make([]float64, len(turns))
+	err := forEachParallel(ctx, len(order), respondInFlight, func(g int) error {
+		idx := byContext[order[g]]
+		qs := make([]simulator.UserAgentQuery, len(idx))
+		for j, i := range idx {
+			qs[j] = Query(turns[i])
+		}
+		scores, err := e.ua.Terminations(ctx, step, qs)
+		if err != nil {
+			return err
+		}
+		if len(scores) != len(idx) {
+			return ErrShortBatch
+		}
+		for j, i := range idx {
+			out[i] = scores[j].P
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("user agent env: end probabilities: %w", err)
 	}
 	return out, nil
 }

@@ -14,18 +14,68 @@ import (
 
 // hashScoreEngine is the fixture's engine with a [Terminate] share that is
 // a hash of the prompt, spread over (0, 0.5) so that p = 2·P_T covers
-// (0, 1): replies come from the real engine.
+// (0, 1): replies come from the real engine. Continuations come in pairs
+// ([Terminate], [Continue]) after the same prompt, as the user agent asks.
 type hashScoreEngine struct{ *inference.Engine }
 
 func (e hashScoreEngine) Score(_ context.Context, prompt []int, conts [][]int) ([][]float32, error) {
-	h := fnv.New64a()
-	for _, c := range append([][]int{prompt}, conts[0][:len(conts[0])-1]) {
-		for _, id := range c {
-			fmt.Fprint(h, id, ",")
+	out := make([][]float32, len(conts))
+	for i := 0; i+1 < len(conts); i += 2 {
+		h := fnv.New64a()
+		for _, c := range [][]int{prompt, conts[i][:len(conts[i])-1]} {
+			for _, id := range c {
+				fmt.Fprint(h, id, ",")
+			}
+		}
+		pt := 0.5 * (float64(h.Sum64()%9973) + 0.5) / 9973
+		out[i] = make([]float32, len(conts[i]))
+		out[i+1] = make([]float32, len(conts[i+1]))
+		out[i][len(conts[i])-1], out[i+1][len(conts[i+1])-1] = float32(math.Log(pt)), float32(math.Log(1-pt))
+	}
+	return out, nil
+}
+
+// testEndProbabilitiesWithoutReplies checks that the scoring-only path
+// gives every turn the p that Respond acts on, siblings and strangers
+// mixed in one call.
+func testEndProbabilitiesWithoutReplies(t *testing.T, f *fixture) {
+	cfg := simulator.DefaultUserAgentConfig()
+	cfg.Sampling.MaxTokens = 4
+	ua, err := simulator.NewUserAgent(hashScoreEngine{f.engine}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := NewUserAgentEnv(ua, 7)
+	prompts := f.prompts(false, 4, 1)
+	var turns []Turn
+	for k := range 3 {
+		for c := range prompts {
+			st := State{Prompt: &prompts[c]}
+			if c%2 == 1 {
+				st.History = []Exchange{{NPC: "Hello there.", User: "hi", Risk: 0.2}}
+			}
+			turns = append(turns, Turn{State: st, NPC: fmt.Sprintf("turn %d of context %d", k, c)})
 		}
 	}
-	pt := 0.5 * (float64(h.Sum64()%9973) + 0.5) / 9973
-	return [][]float32{{float32(math.Log(pt))}, {float32(math.Log(1 - pt))}}, nil
+	ctx := context.Background()
+	ps, err := env.EndProbabilities(ctx, 12, turns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replies, err := env.Respond(ctx, 12, turns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	distinct := map[float64]bool{}
+	for i, r := range replies {
+		if math.Abs(ps[i]-r.P) > 1e-9 {
+			t.Errorf("turn %d: scoring-only p %.6f; Respond acted on %.6f", i, ps[i], r.P)
+		}
+		distinct[ps[i]] = true
+	}
+	if len(distinct) < len(turns)/2 {
+		t.Errorf("%d distinct p over %d turns; want the turns told apart", len(distinct), len(turns))
+	}
 }
 
 // testUserAgentSharedDraw checks that the user agent's siblings share one

@@ -145,6 +145,37 @@ func (r RefereeReport) Pass(prev *RefereeReport, th RefereeThresholds) (ok bool,
 		r.KendallTau, r.KendallTauCILow, r.KendallTauCIHigh, r.Pearson, r.SimRealAvgL)
 }
 
+// EndScorer is an Environment that can give the termination probability
+// of turns without answering them (no termination draw, no reply), such as
+// UserAgentEnv. The judge needs p alone and uses it when it can.
+type EndScorer interface {
+	EndProbabilities(ctx context.Context, step int, turns []Turn) ([]float64, error)
+}
+
+// endProbabilities is env's p for every turn at step 0: its EndScorer's
+// when it has one, else the P of its replies.
+func endProbabilities(ctx context.Context, env Environment, turns []Turn) ([]float64, error) {
+	if s, ok := env.(EndScorer); ok {
+		ps, err := s.EndProbabilities(ctx, 0, turns)
+		if err == nil && len(ps) != len(turns) {
+			err = ErrShortBatch
+		}
+		return ps, err
+	}
+	replies, err := env.Respond(ctx, 0, turns)
+	if err != nil {
+		return nil, err
+	}
+	if len(replies) != len(turns) {
+		return nil, ErrShortBatch
+	}
+	ps := make([]float64, len(replies))
+	for i, r := range replies {
+		ps[i] = r.P
+	}
+	return ps, nil
+}
+
 // SiblingGroup is one context and the candidate NPC turns sampled in it,
 // with the players' hidden hazard after each.
 type SiblingGroup struct {
@@ -266,7 +297,8 @@ func contexts(ctx context.Context, cfg RefereeConfig, policy Policy, players Env
 
 // Judge measures the user agent ua (an environment whose Reply.P is its
 // end probability, such as UserAgentEnv) on the sample, and plays the
-// Avg.L dialogues of policy against it. Past NPC turns of a context carry
+// Avg.L dialogues of policy against it. Siblings and context turns are
+// scored for p alone where ua is an EndScorer. Past NPC turns of a context carry
 // ua's own p as their risk, as they would in a rollout against it.
 func (s *RefereeSample) Judge(ctx context.Context, policy Policy, ua Environment) (RefereeReport, error) {
 	rep := RefereeReport{Groups: len(s.Groups), Dialogues: len(s.Openings)}
@@ -281,17 +313,11 @@ func (s *RefereeSample) Judge(ctx context.Context, policy Policy, ua Environment
 		for i, t := range grp.Turns {
 			turns[i] = Turn{State: states[g], NPC: t}
 		}
-		replies, err := ua.Respond(ctx, 0, turns)
+		p, err := endProbabilities(ctx, ua, turns)
 		if err != nil {
 			return fmt.Errorf("group %d: %w", g, err)
 		}
-		if len(replies) != len(turns) {
-			return fmt.Errorf("group %d: %w", g, ErrShortBatch)
-		}
-		ps[g] = make([]float64, len(replies))
-		for i, r := range replies {
-			ps[g][i] = r.P
-		}
+		ps[g] = p
 		return nil
 	})
 	if err != nil {
@@ -360,15 +386,12 @@ func (s *RefereeSample) riskedContexts(ctx context.Context, ua Environment) ([]S
 		if len(turns) == 0 {
 			break
 		}
-		replies, err := ua.Respond(ctx, 0, turns)
+		ps, err := endProbabilities(ctx, ua, turns)
 		if err != nil {
 			return nil, fmt.Errorf("context risks at depth %d: %w", d, err)
 		}
-		if len(replies) != len(turns) {
-			return nil, fmt.Errorf("context risks at depth %d: %w", d, ErrShortBatch)
-		}
 		for i, g := range at {
-			states[g].History[d-1].Risk = replies[i].P
+			states[g].History[d-1].Risk = ps[i]
 		}
 	}
 	return states, nil

@@ -26,6 +26,7 @@ func TestOnTheRealEngine(t *testing.T) {
 	f := newFixture(t, 10)
 	t.Run("every algorithm takes a step", func(t *testing.T) { testEveryAlgorithm(t, f) })
 	t.Run("user agent siblings share one draw", func(t *testing.T) { testUserAgentSharedDraw(t, f) })
+	t.Run("user agent end probabilities without replies", func(t *testing.T) { testEndProbabilitiesWithoutReplies(t, f) })
 	// Last: it trains the model hard.
 	t.Run("policy samples the updated weights", func(t *testing.T) { testPolicySamplesTheUpdatedWeights(t, f) })
 }
