@@ -41,9 +41,10 @@ type Config struct {
 	// BatchMaxEvents and BatchMaxBytes bound one write to Kafka.
 	BatchMaxEvents int
 	BatchMaxBytes  int64
-	// Linger is how long the drain, woken by a Publish into an empty spool,
-	// waits for more events before it writes to Kafka, so that a trickle of
-	// events goes out in batches rather than one produce request each.
+	// Linger is how long the drain, woken by a Publish into an empty spool
+	// or done with a batch that read the spool to its end, waits for more
+	// events before it writes to Kafka, so that events go out in batches
+	// rather than one produce request for every few.
 	Linger time.Duration
 	// WriteTimeout bounds one write to Kafka, acknowledgement included.
 	WriteTimeout time.Duration

@@ -204,14 +204,20 @@ func (l *Logger) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if err != nil {
+		switch {
+		case err != nil:
 			l.log.Error("spool read or cleanup failed; retrying", "err", err)
 			if !sleep(ctx, l.cfg.RetryBackoffMax) {
 				return nil
 			}
-			continue
-		}
-		if !sent {
+		case sent == drainedAll:
+			// The spool was read to its end: let the events published
+			// meanwhile gather into one batch, not one produce request for
+			// every few events.
+			if !sleep(ctx, l.cfg.Linger) {
+				return nil
+			}
+		case sent == drainedNothing:
 			select {
 			case <-l.wake:
 			case <-ctx.Done():
@@ -223,6 +229,15 @@ func (l *Logger) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// drained says what one drainOnce delivered.
+type drained int
+
+const (
+	drainedNothing drained = iota // the spool held nothing to deliver
+	drainedSome                   // a full batch, or up to a segment's end: more may wait
+	drainedAll                    // everything the spool held when it was read
+)
 
 // Close stops Publish and Run, tries for up to CloseTimeout to deliver the
 // backlog, and leaves whatever is left in the spool for the next Logger on
@@ -244,7 +259,7 @@ func (l *Logger) Close() error {
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.CloseTimeout)
 		for ctx.Err() == nil {
 			sent, err := l.drainOnce(ctx)
-			if err != nil || !sent {
+			if err != nil || sent == drainedNothing {
 				break
 			}
 		}
@@ -262,27 +277,31 @@ func (l *Logger) Close() error {
 }
 
 // drainOnce delivers one batch from the spool, retrying until Kafka
-// acknowledges it or ctx is done. It reports whether it made progress.
-func (l *Logger) drainOnce(ctx context.Context) (bool, error) {
+// acknowledges it or ctx is done. It reports what it delivered.
+func (l *Logger) drainOnce(ctx context.Context) (drained, error) {
 	b, err := l.spool.readBatch(l.cfg.BatchMaxEvents, l.cfg.BatchMaxBytes)
 	if err != nil {
-		return false, err
+		return drainedNothing, err
 	}
 	if len(b.recs) == 0 {
 		if b.sealedEnd {
-			return true, l.spool.commit(b)
+			return drainedSome, l.spool.commit(b)
 		}
-		return false, nil
+		return drainedNothing, nil
 	}
 	if err := l.deliver(ctx, b); err != nil {
-		return false, err
+		return drainedNothing, err
 	}
 	now := time.Now()
 	for _, r := range b.recs {
 		l.m.latency.Record(ctx, now.Sub(r.appended).Seconds())
 	}
 	l.m.delivered.Add(ctx, int64(len(b.recs)))
-	return true, l.spool.commit(b)
+	sent := drainedAll
+	if b.sealedEnd || b.n >= l.cfg.BatchMaxEvents || b.bytes >= l.cfg.BatchMaxBytes {
+		sent = drainedSome
+	}
+	return sent, l.spool.commit(b)
 }
 
 // deliver writes b's records until every one is acknowledged. After a
