@@ -28,6 +28,9 @@ import (
 // whenever a variable of the model has been given a new value (a Trainer
 // step, a restore), so an engine serving a model that is being trained, as
 // in RL, always decodes with the current weights, as the GoMLX path does.
+// A model loaded from a bfloat16 checkpoint is decoded from the
+// checkpoint's memory-mapped matrices instead, with float32 accumulation
+// (cpudecode_bf16.go), until its weights change (see DecodeWeights).
 type cpuDecoder struct {
 	m    *Model
 	cfg  ModelConfig
@@ -49,10 +52,11 @@ type cpuDecoder struct {
 
 // cpuWeights are the model's weights laid out for the CPU decoder.
 type cpuWeights struct {
-	emb    []float32 // [V, D]
-	head   cpuMatrix // lm_head, or emb again when the embeddings are tied
-	norm   []float32 // [D]
-	layers []cpuLayer
+	emb     []float32 // [V, D]
+	embBF16 []uint16  // [V, D] in bfloat16 instead of emb (DecodeWeightsBF16)
+	head    cpuMatrix // lm_head, or emb again when the embeddings are tied
+	norm    []float32 // [D]
+	layers  []cpuLayer
 	// cos and sin are the rotary tables [MaxSeq, hd/2].
 	cos, sin []float32
 }
@@ -93,7 +97,9 @@ func (d *cpuDecoder) close() {
 }
 
 // prepare starts the pool and (re)reads the weights if the model's
-// variables changed since they were read.
+// variables changed since they were read: in bfloat16 where the model was
+// loaded from a bfloat16 checkpoint and its weights are still the ones
+// loaded (DecodeWeights), else in float32.
 func (d *cpuDecoder) prepare() error {
 	if d.pool == nil {
 		d.pool = newCPUPool(runtime.GOMAXPROCS(0) - 1)
@@ -122,12 +128,18 @@ func (d *cpuDecoder) prepare() error {
 	if !changed {
 		return nil
 	}
-	vals, _, err := d.m.Weights()
-	if err != nil {
-		return err
+	// The checkpoint's bfloat16 matrices while they are the weights, else
+	// float32 copies; on an error nothing is kept, so the next call reads
+	// again.
+	w, err := bf16CPUWeights(d.m, d.seen)
+	if err == nil && w == nil {
+		var vals map[string][]float32
+		if vals, _, err = d.m.Weights(); err == nil {
+			w = layOutCPUWeights(d.cfg, vals)
+		}
 	}
-	d.w = layOutCPUWeights(d.cfg, vals)
-	return nil
+	d.w = w
+	return err
 }
 
 // layOutCPUWeights stacks the projections that read the same input, so one
@@ -406,7 +418,11 @@ func (d *cpuDecoder) forward(toks, rows, pos, sel []int, logits []float32) {
 	gu := grow(&d.s.gu, n*2*F)
 	act := grow(&d.s.act, n*F)
 	for j, id := range toks {
-		copy(x[j*D:(j+1)*D], w.emb[id*D:(id+1)*D])
+		if w.embBF16 != nil {
+			widenBF16(x[j*D:(j+1)*D], w.embBF16[id*D:(id+1)*D])
+		} else {
+			copy(x[j*D:(j+1)*D], w.emb[id*D:(id+1)*D])
+		}
 	}
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	tokGrain := max(1, n/16)

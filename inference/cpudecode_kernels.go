@@ -127,8 +127,13 @@ func (j *cpuJob) work() {
 // CPU has the AVX-512 kernels (gemv32 for a few rows, the native trainer's
 // 12×32 micro-kernel for blocks of twelve), else 16 wide for the AVX2
 // 6×16 kernel (gemm6x16) that six rows or more keep busy.
+//
+// A matrix of a bfloat16 checkpoint may instead be held as bf16, the
+// checkpoint's own rows, and multiplied by mulBF16; w and panels are then
+// nil.
 type cpuMatrix struct {
 	w, panels      []float32
+	bf16           []bf16Block
 	in, out, width int
 	wide           microKernel // the 12×32 micro-kernel when width is 32
 }
@@ -189,6 +194,10 @@ func newCPUMatrix(w []float32, out, in int) cpuMatrix {
 // dot products.
 func (m *cpuMatrix) mulRange(y, x []float32, n, o0, o1 int, add bool) {
 	in, out := m.in, m.out
+	if m.bf16 != nil {
+		m.mulBF16(y, x, n, o0, o1, add)
+		return
+	}
 	if m.width == 32 {
 		m.mulWide(y, x, n, o0, o1, add)
 		return

@@ -35,6 +35,12 @@ const WeightsIndexFile = "model.safetensors.index.json"
 // that is corrupt or truncated, a missing tensor, a shape unlike the
 // config's or an unknown tensor is refused with an error wrapping
 // ErrBadWeights that names it. The tokenizer is not read here.
+//
+// When every matrix of the checkpoint is bfloat16, the CPU decoder
+// multiplies by the checkpoint's own matrices, mapped again, instead of
+// float32 copies, as long as the weights are the ones loaded (see
+// DecodeWeights and Model.SetDecodeWeights); trainers and the GoMLX graph
+// always read the float32 weights.
 func OpenHFModel(dir string, backend BackendConfig) (*Model, error) {
 	cfg, err := ReadHFConfig(filepath.Join(dir, ConfigFile))
 	if err != nil {
@@ -59,7 +65,14 @@ func loadHFWeights(dir string, cfg ModelConfig, backend BackendConfig) (*Model, 
 	if err := w.check(dims, cfg.ignoredTensor); err != nil {
 		return nil, err
 	}
-	return newModelFilled(cfg, backend, w.read)
+	m, err := newModelFilled(cfg, backend, w.read)
+	if err != nil {
+		return nil, err
+	}
+	if err := rememberBF16Checkpoint(m, dir, w); err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 // CheckHFCheckpoint verifies, without converting the weights, that dir
