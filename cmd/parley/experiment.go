@@ -22,7 +22,11 @@ and Figure 5 (Avg.r and Avg.L over steps), and results.json's acceptance object 
 gate before any RL, each method against SFT paired on the held-out players with bootstrap
 CIs). Finished variants are kept in DIR, so an interrupted run resumes. Profiles: tiny
 (minutes), small (about an hour and a half on 2 cores), medium (issue 15's RL budget: W 8,
-L 6, 8 trees per step, 32 steps, 400 held-out openings; hours), paper (the paper's sizes).`,
+L 6, 8 trees per step, 32 steps, 400 held-out openings; hours), paper (the paper's sizes).
+With --rounds N > 1, issue 15's loop follows each seed's rows: the policy plays the population's
+training players, the user agent is refreshed on the old and the new dialogues, its referee
+gate is measured again, and RL runs again from the policy; every round is evaluated against
+SFT only on the same held-out openings (results.json "rounds", a table in results.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := cfg.Validate(); err != nil {
@@ -47,5 +51,6 @@ L 6, 8 trees per step, 32 steps, 400 held-out openings; hours), paper (the paper
 	f.StringVar(&cfg.OutDir, "out", cfg.OutDir, "output directory")
 	f.StringSliceVar(&cfg.Only, "only", cfg.Only, "run only these variants (by name)")
 	f.StringVar(&cfg.TrainOn, "train-on", cfg.TrainOn, `RL environment: "user-agent" (the method) or "players" (oracle diagnostic)`)
+	f.IntVar(&cfg.Rounds, "rounds", 1, "RL rounds of the loop: after each, the policy (AT-GRPO) plays the players, the user agent is refreshed on those dialogues and RL runs again from the policy; 1 is no loop")
 	return cmd
 }

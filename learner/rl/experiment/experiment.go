@@ -50,6 +50,10 @@ type Config struct {
 	// an oracle user agent (a diagnostic: what RL reaches when the
 	// environment is faithful).
 	TrainOn string `json:"train_on,omitempty"`
+	// Rounds, when positive, is the number of RL rounds of issue 15's loop
+	// (Profile.Loop, DefaultLoop when the profile has none); 1 is no loop.
+	// Zero keeps the profile's.
+	Rounds int `json:"rounds,omitempty"`
 	// Progress, when set, receives the progress of the SFT runs (loss,
 	// tokens/s, ETA) and of the rows (count, rate, ETA): bars on a
 	// terminal, a line every few seconds otherwise.
@@ -76,11 +80,43 @@ func (c Config) Validate() error {
 	if c.TrainOn != "" && c.TrainOn != TrainOnUserAgent && c.TrainOn != TrainOnPlayers {
 		return fmt.Errorf("experiment: train on %q: want %q or %q", c.TrainOn, TrainOnUserAgent, TrainOnPlayers)
 	}
-	if c.Override == nil {
-		_, err := ProfileByName(c.Profile)
+	prof, err := c.profile()
+	if err != nil {
 		return err
 	}
-	return c.Override.Validate()
+	if prof.rounds() > 1 && c.TrainOn == TrainOnPlayers {
+		return errors.New("experiment: the loop refreshes the user agent RL trains against: it needs RL against the user agent")
+	}
+	return prof.Validate()
+}
+
+// profile is the run's profile: Override or the named one, with Rounds
+// applied (one round is no loop).
+func (c Config) profile() (Profile, error) {
+	if c.Rounds < 0 {
+		return Profile{}, fmt.Errorf("experiment: rounds %d must not be negative", c.Rounds)
+	}
+	var prof Profile
+	if c.Override != nil {
+		prof = *c.Override
+	} else {
+		var err error
+		if prof, err = ProfileByName(c.Profile); err != nil {
+			return Profile{}, err
+		}
+	}
+	switch {
+	case c.Rounds == 1:
+		prof.Loop = nil
+	case c.Rounds > 1 && prof.Loop == nil:
+		l := DefaultLoop(prof, c.Rounds)
+		prof.Loop = &l
+	case c.Rounds > 1:
+		l := *prof.Loop
+		l.Rounds = c.Rounds
+		prof.Loop = &l
+	}
+	return prof, nil
 }
 
 // CurvePoint is one point of Figure 5: the policy with the user agent
@@ -116,6 +152,13 @@ type Row struct {
 	// the evaluation's openings (the same for every row): the acceptance
 	// pairs rows on them.
 	HeldOut []rl.Outcome `json:"held_out,omitempty"`
+	// UAHeldOut are the same openings' dialogues with the user agent, kept
+	// by a run with a loop (Round pairs them).
+	UAHeldOut []rl.Outcome `json:"ua_held_out,omitempty"`
+	// PolicyStart and PolicyEnd digest the policy's weights before and
+	// after RL (weightsDigest) when the row's policy is kept for the loop.
+	PolicyStart string `json:"policy_start,omitempty"`
+	PolicyEnd   string `json:"policy_end,omitempty"`
 	// Cost (Table 6): seconds per RL step, peak Go heap in use during the
 	// run, nodes per tree measured; S and S+W·L of the paper's formula and
 	// the exact count without terminations.
@@ -165,6 +208,9 @@ type Results struct {
 	// Acceptance is issue 15's verdict, recomputed from the rows after
 	// every row (Accept).
 	Acceptance *Acceptance `json:"acceptance,omitempty"`
+	// Rounds are the loop's rounds (Profile.Loop), seed by seed; empty
+	// without a loop.
+	Rounds []Round `json:"rounds,omitempty"`
 }
 
 // env holds what every variant shares: the corpus, the tokenizer, the SFT
@@ -182,6 +228,13 @@ type env struct {
 	players   *rl.PlayerEnv
 	onPlayers bool
 	logger    *slog.Logger
+	// out is the output directory; uaModel and uaTok are the bootstrap
+	// user agent, which the loop's first refresh fine-tunes.
+	out     string
+	uaModel *inference.Model
+	uaTok   *inference.Tokenizer
+	// progress receives the loop's refreshes' SFT progress.
+	progress io.Writer
 }
 
 // Run bootstraps the agents, trains and evaluates every variant for every
@@ -193,13 +246,8 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) (*Results, error)
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	var prof Profile
-	if cfg.Override != nil {
-		prof = *cfg.Override
-	} else {
-		prof, _ = ProfileByName(cfg.Profile)
-	}
-	if err := prof.Validate(); err != nil {
+	prof, err := cfg.profile()
+	if err != nil {
 		return nil, err
 	}
 	start := time.Now()
@@ -219,11 +267,15 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) (*Results, error)
 	if len(cfg.Only) > 0 {
 		variants = slices.DeleteFunc(variants, func(v Variant) bool { return !slices.Contains(cfg.Only, v.Name) })
 	}
+	loop, err := loopVariant(prof, variants)
+	if err != nil {
+		return nil, err
+	}
 	probes, err := e.probe(ctx)
 	if err != nil {
 		return nil, err
 	}
-	gate, err := e.refereeGate(ctx)
+	gate, _, err := e.refereeGate(ctx, e.npcDir, nil, e.ua)
 	if err != nil {
 		return nil, err
 	}
@@ -235,13 +287,17 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) (*Results, error)
 	// Seed by seed, so that an interrupted run already holds every variant.
 	for seed := 1; seed <= cfg.Seeds; seed++ {
 		for _, v := range res.Variants {
-			if row, ok := done[rowKey{v.Name, seed}]; ok {
+			a := arm{from: e.npcDir, ua: e.ua, keepUA: prof.rounds() > 1}
+			if v.Name == loop {
+				a.save = e.policyDir(1, seed)
+			}
+			if row, ok := done[rowKey{v.Name, seed}]; ok && (a.save == "" || checkpointExists(a.save)) {
 				logger.Info("experiment row kept from the previous run", "variant", v.Name, "seed", seed)
 				res.Rows = append(res.Rows, row)
 				rows.Resume(1)
 				continue
 			}
-			row, err := e.run(ctx, v, seed)
+			row, err := e.run(ctx, v, seed, &a)
 			if err != nil {
 				return nil, fmt.Errorf("experiment %s seed %d: %w", v.Name, seed, err)
 			}
@@ -254,6 +310,17 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) (*Results, error)
 			logger.Info("experiment row", "variant", v.Name, "seed", seed, "avg_l", row.AvgL, "avg_r", row.AvgR,
 				"ua_avg_l", row.UAAvgL, "ua_avg_r", row.UAAvgR, "ppl", row.PPL, "sec_per_step", row.SecPerStep)
 			rows.Add(1)
+		}
+		if loop == "" {
+			continue
+		}
+		err := e.loop(ctx, res, loop, seed, func(r Round) error {
+			res.Rounds = append(res.Rounds, r)
+			res.Seconds = time.Since(start).Seconds()
+			return WriteReport(cfg.OutDir, res)
+		})
+		if err != nil {
+			return nil, fmt.Errorf("experiment loop, seed %d: %w", seed, err)
 		}
 	}
 	rows.Finish()
@@ -298,36 +365,63 @@ func (e *env) probe(ctx context.Context) ([]Probe, error) {
 	return out, nil
 }
 
-// refereeGate measures the user agent against the held-out players with
-// the SFT policy before any RL (rl.SampleReferee, then Judge).
-func (e *env) refereeGate(ctx context.Context) (*RefereeGate, error) {
-	model, _, _, err := inference.LoadCheckpoint(e.npcDir, inference.DefaultBackendConfig())
+// refereeGate measures user agent ua against the held-out players, the
+// policy checkpointed in npcDir writing the siblings (rl.SampleReferee,
+// then Judge): the SFT policy before any RL, the loop's policy before each
+// later round. prev, when set, is the user agent ua replaces: it is judged
+// on the same sample (before) and ua must not fall below it.
+func (e *env) refereeGate(ctx context.Context, npcDir string, prev, ua *simulator.UserAgent) (gate *RefereeGate, before *rl.RefereeReport, err error) {
+	model, _, _, err := inference.LoadCheckpoint(npcDir, inference.DefaultBackendConfig())
 	if err != nil {
-		return nil, fmt.Errorf("referee gate: %w", err)
+		return nil, nil, fmt.Errorf("referee gate: %w", err)
 	}
 	eng, stop, err := startEngine(model, e.tok, e.logger)
 	if err != nil {
-		return nil, fmt.Errorf("referee gate: %w", err)
+		return nil, nil, fmt.Errorf("referee gate: %w", err)
 	}
 	defer stop()
 	pc := e.prof.Policy
 	pc.Seed = e.prof.Referee.Seed*31337 + 11
 	pol, err := rl.NewModelPolicy(eng, e.tok, model.Config().MaxSeq, pc)
 	if err != nil {
-		return nil, fmt.Errorf("referee gate: %w", err)
+		return nil, nil, fmt.Errorf("referee gate: %w", err)
 	}
 	sample, err := rl.SampleReferee(ctx, e.prof.Referee, pol, e.players, e.eval)
 	if err != nil {
-		return nil, fmt.Errorf("referee gate: %w", err)
+		return nil, nil, fmt.Errorf("referee gate: %w", err)
 	}
-	rep, err := sample.Judge(ctx, pol, rl.NewUserAgentEnv(e.ua, e.prof.Referee.Seed*7727+3))
+	judge := func(ua *simulator.UserAgent) (rl.RefereeReport, error) {
+		jp := pol
+		if prev != nil {
+			// Each agent judged with a policy of the same seed, so that
+			// both agents' dialogues open with the same NPC turns.
+			c := pc
+			c.Seed++
+			if jp, err = rl.NewModelPolicy(eng, e.tok, model.Config().MaxSeq, c); err != nil {
+				return rl.RefereeReport{}, fmt.Errorf("referee gate: %w", err)
+			}
+		}
+		rep, err := sample.Judge(ctx, jp, rl.NewUserAgentEnv(ua, e.prof.Referee.Seed*7727+3))
+		if err != nil {
+			return rep, fmt.Errorf("referee gate: %w", err)
+		}
+		return rep, nil
+	}
+	if prev != nil {
+		rep, err := judge(prev)
+		if err != nil {
+			return nil, nil, err
+		}
+		before = &rep
+	}
+	rep, err := judge(ua)
 	if err != nil {
-		return nil, fmt.Errorf("referee gate: %w", err)
+		return nil, nil, err
 	}
-	ok, why := rep.Pass(nil, rl.DefaultRefereeThresholds())
-	e.logger.Info("referee gate", "kendall_tau", rep.KendallTau, "kendall_tau_ci_low", rep.KendallTauCILow,
+	ok, why := rep.Pass(before, rl.DefaultRefereeThresholds())
+	e.logger.Info("referee gate", "npc", npcDir, "kendall_tau", rep.KendallTau, "kendall_tau_ci_low", rep.KendallTauCILow,
 		"pearson", rep.Pearson, "sim_real_avg_l", rep.SimRealAvgL, "pass", ok)
-	return &RefereeGate{RefereeReport: rep, Pass: ok, Reason: why}, nil
+	return &RefereeGate{RefereeReport: rep, Pass: ok, Reason: why}, before, nil
 }
 
 type rowKey struct {
@@ -421,6 +515,7 @@ func bootstrap(ctx context.Context, prof Profile, out string, progress io.Writer
 	card := npcCfg.DefaultCard
 	e := &env{
 		prof: prof, corpus: c, tok: npc.Tokenizer, npcDir: npcDir, ua: ua, players: rl.NewPlayerEnv(c.pop), logger: logger,
+		out: out, uaModel: uaRes.TrainedModel, uaTok: uaRes.Tokenizer, progress: progress,
 		pool: c.prompts(false, max(4*prof.RL.Batch, 32), 1, card),
 		eval: c.prompts(true, prof.EvalPrompts, 9_000_000, card),
 	}
@@ -501,12 +596,27 @@ func heapPeak() (stop func() float64) {
 	}
 }
 
+// arm is where a row's policy starts and what it trains against: the SFT
+// checkpoint and the bootstrap user agent, or in a later round of the loop
+// the previous round's policy and the refreshed user agent.
+type arm struct {
+	// from is the checkpoint the policy starts from; ua is the user agent
+	// RL trains against and the UA columns are measured with.
+	from string
+	ua   *simulator.UserAgent
+	// save, when set, receives the trained policy's checkpoint (with its
+	// weights' digests in the row); keepUA keeps the user agent's
+	// dialogues in the row.
+	save   string
+	keepUA bool
+}
+
 // run trains (unless v is SFT only) and evaluates one variant with one seed.
-func (e *env) run(ctx context.Context, v Variant, seed int) (Row, error) {
+func (e *env) run(ctx context.Context, v Variant, seed int, a *arm) (Row, error) {
 	row := Row{Variant: v.Name, Table: v.Table, Seed: seed}
 	runtime.GC()
 	peak := heapPeak()
-	model, _, _, err := inference.LoadCheckpoint(e.npcDir, inference.DefaultBackendConfig())
+	model, _, _, err := inference.LoadCheckpoint(a.from, inference.DefaultBackendConfig())
 	if err != nil {
 		peak()
 		return row, err
@@ -534,20 +644,12 @@ func (e *env) run(ctx context.Context, v Variant, seed int) (Row, error) {
 		return row, err
 	}
 	defer up.Close()
-	uaEnv := rl.NewUserAgentEnv(e.ua, uint64(seed)*104729)
-	// Evaluations sample with fixed seeds (per seed index, not per step or
-	// variant): two evaluations differ only by the policy's weights.
+	uaEnv := rl.NewUserAgentEnv(a.ua, uint64(seed)*104729)
 	evalWith := func(env rl.Environment, prompts []rl.Prompt) (rl.EvalResult, error) {
-		epc := pc
-		epc.Seed = uint64(seed)*31337 + 5
-		ep, err := rl.NewModelPolicy(eng, e.tok, model.Config().MaxSeq, epc)
-		if err != nil {
-			return rl.EvalResult{}, err
-		}
 		if _, ok := env.(*rl.UserAgentEnv); ok {
-			env = rl.NewUserAgentEnv(e.ua, uint64(seed)*7727+3)
+			env = evalUserAgent(a.ua, seed)
 		}
-		return rl.Evaluate(ctx, ep, env, prompts, e.prof.EvalDepth, 0)
+		return e.evaluate(ctx, eng, model.Config().MaxSeq, seed, env, prompts)
 	}
 	var trainEnv rl.Environment = uaEnv
 	row.TrainOn = TrainOnUserAgent
@@ -564,6 +666,12 @@ func (e *env) run(ctx context.Context, v Variant, seed int) (Row, error) {
 		}
 		row.Curve = append(row.Curve, CurvePoint{Step: step, AvgR: r.AvgR, AvgL: r.AvgL})
 		return nil
+	}
+	if a.save != "" {
+		if row.PolicyStart, err = weightsDigest(model); err != nil {
+			peak()
+			return row, err
+		}
 	}
 	if v.Config != nil {
 		cfg := *v.Config
@@ -599,6 +707,11 @@ func (e *env) run(ctx context.Context, v Variant, seed int) (Row, error) {
 		}
 	}
 	row.PeakHeapMB = peak()
+	if a.save != "" {
+		if row.PolicyEnd, err = e.savePolicy(a.save, model, v); err != nil {
+			return row, err
+		}
+	}
 	gt, err := evalWith(e.players, e.eval)
 	if err != nil {
 		return row, err
@@ -610,8 +723,30 @@ func (e *env) run(ctx context.Context, v Variant, seed int) (Row, error) {
 		return row, err
 	}
 	row.UAAvgL, row.UAAvgR, row.UAExpL = uaRes.AvgL, uaRes.AvgR, uaRes.ExpL
+	if a.keepUA {
+		row.UAHeldOut = uaRes.Outcomes
+	}
 	row.PPL, err = perplexity(up, e.refs)
 	return row, err
+}
+
+// evaluate plays prompts with the policy eng serves. Its sampling seed
+// depends on the seed index only, not on the step, variant or round: two
+// evaluations differ only by the policy's weights.
+func (e *env) evaluate(ctx context.Context, eng *inference.Engine, maxSeq, seed int, env rl.Environment, prompts []rl.Prompt) (rl.EvalResult, error) {
+	pc := e.prof.Policy
+	pc.Seed = uint64(seed)*31337 + 5
+	pol, err := rl.NewModelPolicy(eng, e.tok, maxSeq, pc)
+	if err != nil {
+		return rl.EvalResult{}, err
+	}
+	return rl.Evaluate(ctx, pol, env, prompts, e.prof.EvalDepth, 0)
+}
+
+// evalUserAgent is the user agent's environment in evaluations of seed: the
+// same draws for every policy evaluated with it.
+func evalUserAgent(ua *simulator.UserAgent, seed int) rl.Environment {
+	return rl.NewUserAgentEnv(ua, uint64(seed)*7727+3)
 }
 
 // perplexity is exp of the mean NLL of the reference NPC turns, scored in

@@ -64,6 +64,43 @@ type Profile struct {
 	// user agent) to a run against the user agent, for the acceptance's
 	// fidelity: the user agent's gain against the players'.
 	Fidelity bool `json:"fidelity,omitempty"`
+	// Loop, when set with more than one round, runs issue 15's loop after
+	// the first round of RL (Loop); nil is one round.
+	Loop *Loop `json:"loop,omitempty"`
+}
+
+// Loop sizes issue 15's loop: after RL round r the loop's method's policy
+// (LoopVariant) plays the population's training players, the user agent is
+// refreshed on the dialogues it was trained on plus the new ones, the
+// referee gate is measured again, and RL runs again from the round's policy
+// against the refreshed user agent.
+type Loop struct {
+	// Rounds of RL, the first against the bootstrap user agent.
+	Rounds int `json:"rounds"`
+	// DialoguesPerPlayer is how many dialogues the policy plays with each
+	// training player before a refresh.
+	DialoguesPerPlayer int `json:"dialogues_per_player"`
+	// RefreshSteps and RefreshLR fine-tune the current user agent
+	// (learner.TrainSFT with it as the parent, as the product's refresh
+	// does) on the old and the new dialogues.
+	RefreshSteps int     `json:"refresh_steps"`
+	RefreshLR    float64 `json:"refresh_lr"`
+}
+
+// DefaultLoop is a loop of rounds for p: the policy plays as many dialogues
+// per player as the bootstrap's scripted NPCs did (so half of a second
+// round's user-agent data is on-policy), and the refresh fine-tunes for half
+// the user agent's SFT steps at a third of its learning rate.
+func DefaultLoop(p Profile, rounds int) Loop {
+	return Loop{Rounds: rounds, DialoguesPerPlayer: p.DialoguesPerPlayer, RefreshSteps: max(p.UserAgentSFTSteps/2, 1), RefreshLR: p.SFTLR / 3}
+}
+
+// rounds is the number of RL rounds of p: 1 without a loop.
+func (p Profile) rounds() int {
+	if p.Loop == nil {
+		return 1
+	}
+	return max(p.Loop.Rounds, 1)
 }
 
 // Validate reports the first bad field.
@@ -91,6 +128,10 @@ func (p Profile) Validate() error {
 	}
 	if err := p.Referee.Validate(); err != nil {
 		return fmt.Errorf("profile %q: %w", p.Name, err)
+	}
+	if l := p.Loop; l != nil && (l.Rounds < 1 || l.DialoguesPerPlayer < 1 || l.RefreshSteps < 1 || l.RefreshLR <= 0) {
+		return fmt.Errorf("profile %q: loop of %d rounds, %d dialogues per player, %d refresh steps at lr %g: want positive",
+			p.Name, l.Rounds, l.DialoguesPerPlayer, l.RefreshSteps, l.RefreshLR)
 	}
 	return p.Policy.Validate()
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -187,6 +188,7 @@ func Markdown(res *Results) string {
 		table("Fidelity: AT-GRPO trained on the ground-truth players", rows)
 	}
 	writeAcceptance(&b, res.Acceptance)
+	writeRounds(&b, res)
 	b.WriteString("## Table 6 analogue: cost\n\n")
 	b.WriteString("| method | s/step | × GRPO | peak Go heap (MiB) | nodes/tree measured | S + W·L (paper's bound) | exact, no terminations |\n")
 	b.WriteString("| --- | --- | --- | --- | --- | --- | --- |\n")
@@ -289,4 +291,61 @@ func LoadResults(dir string) (*Results, error) {
 		return nil, fmt.Errorf("load results %q: %w", dir, err)
 	}
 	return &res, nil
+}
+
+// writeRounds renders the loop's rounds (Results.Rounds) as Markdown.
+func writeRounds(w io.Writer, res *Results) {
+	l := res.Profile.Loop
+	if len(res.Rounds) == 0 || l == nil {
+		return
+	}
+	fmt.Fprintf(w, "## The loop: RL, refresh the user agent, RL again\n\n")
+	fmt.Fprintf(w, "%d rounds of %s. Before each later round the previous round's policy plays %d dialogues with every training "+
+		"player (as the bootstrap's scripted NPCs did), the user agent is fine-tuned from its previous version on the dialogues "+
+		"it was trained on plus the new ones (learner.TrainSFT, %d steps at lr %g), its referee gate is measured with the "+
+		"previous round's policy writing the siblings, and RL starts again from that policy against the refreshed agent. "+
+		"Every round is evaluated on the same %d held-out openings as SFT only, paired; %.0f %% intervals from %d bootstrap "+
+		"resamples of the players. The UA columns use the round's user agent, SFT only's UA Avg.L measured with it too.\n\n",
+		l.Rounds, res.Rounds[0].Variant, l.DialoguesPerPlayer, l.RefreshSteps, l.RefreshLR, res.Profile.EvalPrompts,
+		100*rl.DefaultBootstrapConfig().Level, rl.DefaultBootstrapConfig().Resamples)
+	fmt.Fprintf(w, "| round | seed | user agent | Avg.L | Exp.L | Δ Avg.L vs SFT [CI] | Δ Exp.L vs SFT [CI] | UA Avg.L SFT → policy | "+
+		"Δ UA Avg.L [CI] | Δ UA Exp.L [CI] | PPL (× SFT) | s |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	for _, r := range res.Rounds {
+		p, u := r.Players, r.UserAgentDelta
+		fmt.Fprintf(w, "| %d | %d | %s | %.2f | %.2f | %+.3f [%+.3f, %+.3f] | %+.3f [%+.3f, %+.3f] | %.2f → %.2f | "+
+			"%+.3f [%+.3f, %+.3f] | %+.3f [%+.3f, %+.3f] | %.2f (%.3f) | %.0f |\n",
+			r.Round, r.Seed, r.UserAgent, r.AvgL, r.ExpL, p.DeltaAvgL, p.CILow, p.CIHigh, p.DeltaExpL, p.ExpCILow, p.ExpCIHigh,
+			r.SFTUAAvgL, r.UAAvgL, u.DeltaAvgL, u.CILow, u.CIHigh, u.DeltaExpL, u.ExpCILow, u.ExpCIHigh, r.PPL, r.PPLRatio, r.Seconds)
+	}
+	fmt.Fprintf(w, "\nThe user agent of each round and its referee gate (τ-b is the mean within-group Kendall τ-b with its CI; "+
+		"the previous agent is judged on the same sample):\n\n")
+	fmt.Fprintf(w, "| round | seed | user agent | refreshed on: old + new (new Avg.L) | held-out ρ, log-loss, sim/real Avg.L after | "+
+		"τ-b [CI] | Pearson | sim/real Avg.L | gate | previous agent: τ-b, Pearson, sim/real |\n"+
+		"| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	for _, r := range res.Rounds {
+		refreshed, metrics, prev, gate := "bootstrap", "–", "–", "not measured"
+		if f := r.Refresh; f != nil {
+			refreshed = fmt.Sprintf("%d + %d (%.2f)", f.OldDialogues, f.NewDialogues, f.NewAvgL)
+			metrics = fmt.Sprintf("%.3f, %.4f, %.2f/%.2f", f.After.Rho, f.After.TermLogLoss, f.After.AvgL, f.After.RealAvgL)
+		}
+		if b := r.RefereeBefore; b != nil {
+			prev = fmt.Sprintf("%.3f, %.3f, %.3f", b.KendallTau, b.Pearson, b.SimRealAvgL)
+		}
+		tau, pearson, ratio := "–", "–", "–"
+		if g := r.Referee; g != nil {
+			tau = fmt.Sprintf("%.3f [%.3f, %.3f]", g.KendallTau, g.KendallTauCILow, g.KendallTauCIHigh)
+			pearson, ratio = fmt.Sprintf("%.3f", g.Pearson), fmt.Sprintf("%.3f", g.SimRealAvgL)
+			gate = fmt.Sprintf("%v (%s)", g.Pass, g.Reason)
+		}
+		fmt.Fprintf(w, "| %d | %d | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+			r.Round, r.Seed, r.UserAgent, refreshed, metrics, tau, pearson, ratio, gate, prev)
+	}
+	chained := true
+	for i := 1; i < len(res.Rounds); i++ {
+		if r, prev := res.Rounds[i], res.Rounds[i-1]; r.Seed == prev.Seed && r.PolicyStart != prev.PolicyEnd {
+			chained = false
+		}
+	}
+	fmt.Fprintf(w, "\nEvery round's RL starts from the previous round's policy (the digest of its weights at the start "+
+		"equals the previous round's at the end): %v.\n\n", chained)
 }
