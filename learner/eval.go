@@ -364,7 +364,7 @@ func (ev evaluator) userFidelity(ctx context.Context, eng *inference.Engine, hel
 				continue
 			}
 			cur := simulator.PromptDialogue{Exchanges: d.Exchanges[:level], Risks: slices.Clone(ps[i])}
-			queries = append(queries, simulator.UserAgentQuery{Demos: promptDemos(pickDemos(demos[d.PlayerID], d)), Current: cur})
+			queries = append(queries, simulator.UserAgentQuery{Demos: promptDemos(pickDemos(demos[d.PlayerID], d), ev.risks), Current: cur})
 			who = append(who, i)
 		}
 		if len(queries) == 0 {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"math"
 	"slices"
 
 	"github.com/parleyhq/parley/inference"
@@ -67,7 +66,8 @@ func (p npcPrompt) card(npcID string) string {
 // target up to that turn, with loss on that turn only (its [Continue] or
 // [Terminate] token, text and <|end|>); a dialogue the player ended gets a
 // final [Terminate] turn. The NPC turns before the judged one carry [End
-// Risk] values from risks (by exchange index); the judged one carries none.
+// Risk] values from risks (by exchange index), and so do the demos; the
+// judged one carries none.
 //
 // One instance per turn is what keeps training and serving alike: when
 // serving, the NPC turn being judged never has a risk yet, so a single
@@ -84,7 +84,7 @@ func userInstances(tok *inference.Tokenizer, ua simulator.UserAgentConfig, demos
 	}
 	out := make([]instance, 0, turns)
 	for j := 1; j <= turns; j++ {
-		in, err := userTurnInstance(tok, ua, promptDemos(demos), target, risks, j, maxSeq)
+		in, err := userTurnInstance(tok, ua, promptDemos(demos, risks), target, risks, j, maxSeq)
 		if err != nil {
 			return nil, err
 		}
@@ -150,12 +150,12 @@ func weightedSpans(ws []float32) [][2]int {
 	return out
 }
 
-// promptDemos shows demos without [End Risk] values: no user agent scored
-// them.
-func promptDemos(demos []schema.Dialogue) []simulator.PromptDialogue {
+// promptDemos shows demos with the training risks by exchange, as the
+// RL-time prompts show them (the paper's template tags every NPC turn).
+func promptDemos(demos []schema.Dialogue, risks []float64) []simulator.PromptDialogue {
 	out := make([]simulator.PromptDialogue, len(demos))
 	for i, d := range demos {
-		out[i] = simulator.PromptDialogueOf(d, nil)
+		out[i] = simulator.PromptDialogueOf(d, risks)
 	}
 	return out
 }
@@ -190,17 +190,9 @@ func pickDemos(pool []schema.Dialogue, target schema.Dialogue) []schema.Dialogue
 }
 
 // trainingRisks are the [End Risk] values shown in user-agent training
-// instances: for exchange k, min(2·h_k, 1) where h_k is the share of the
-// dialogues reaching exchange k whose player ended them there. The factor
-// 2 puts them on the scale of the served p = min(α·2·P_T, 1) of a
-// calibrated agent; they depend on the exchange index only, so they leak
-// nothing about the target's own ending.
+// instances, on past NPC turns and demos alike (simulator.TrainingRisks).
 func trainingRisks(ds []schema.Dialogue, maxTurns int) []float64 {
-	h := simulator.EmpiricalRisks(ds, maxTurns)
-	for k := range h {
-		h[k] = math.Min(2*h[k], 1)
-	}
-	return h
+	return simulator.TrainingRisks(ds, maxTurns)
 }
 
 // heldOutPlayer reports whether the player is among the held-out share,

@@ -125,6 +125,20 @@ func EmpiricalRisks(ds []schema.Dialogue, maxTurns int) []float64 {
 	return out
 }
 
+// TrainingRisks are the [End Risk] values a user agent is trained and
+// prompted with where no user agent has judged the turns: for exchange k,
+// min(2·h_k, 1) with h_k from EmpiricalRisks. The factor 2 puts them on the
+// scale of the served p = min(α·2·P_T, 1) of a calibrated agent; they
+// depend on the exchange index only, so they leak nothing about a
+// dialogue's own ending. Demos carry them in training and at RL time alike.
+func TrainingRisks(ds []schema.Dialogue, maxTurns int) []float64 {
+	h := EmpiricalRisks(ds, maxTurns)
+	for k := range h {
+		h[k] = math.Min(2*h[k], 1)
+	}
+	return h
+}
+
 // segment is one piece of a prompt: a special token or ordinary text.
 // target marks the pieces of the target dialogue's user turns.
 type segment struct {

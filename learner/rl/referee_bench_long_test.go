@@ -1,0 +1,381 @@
+//go:build long
+
+package rl_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/parleyhq/parley/inference"
+	"github.com/parleyhq/parley/learner"
+	"github.com/parleyhq/parley/learner/rl"
+	"github.com/parleyhq/parley/schema"
+	"github.com/parleyhq/parley/simulator"
+)
+
+// refereeBench is one measurement of the referee gate
+// (docs/experiments/referee-issue15.md): a population, a user agent trained
+// on its sessions, the small profile's SFT NPC, and the gate.
+type refereeBench struct {
+	Name string `json:"name"`
+	// The population plays ScriptedPerPlayer dialogues per persona with
+	// scripted NPCs of mixed quality and OnPolicyPerPlayer with the SFT
+	// NPC; the user agent trains on the non-held-out personas' sessions.
+	PopulationSeed    uint64 `json:"population_seed"`
+	Players           int    `json:"players"`
+	ScriptedPerPlayer int    `json:"scripted_per_player"`
+	OnPolicyPerPlayer int    `json:"on_policy_per_player"`
+	MaxTurns          int    `json:"max_turns"`
+	// The user agent's model and SFT.
+	Model          inference.ModelConfig `json:"model"`
+	VocabSize      int                   `json:"vocab_size"`
+	Steps          int                   `json:"steps"`
+	Batch          int                   `json:"batch"`
+	LR             float64               `json:"lr"`
+	DecisionWeight float64               `json:"decision_weight"`
+	ReplyTokens    int                   `json:"reply_tokens"`
+	// DemoRisks tags the referee prompts' demos: "raw" (the experiment's
+	// empirical hazard by exchange), "training" (min(2h, 1), as training
+	// shows past turns) or "none".
+	DemoRisks string `json:"demo_risks"`
+	// Calibrate fits the user agent's calibration on CalibrationSessions
+	// on-policy sessions of non-held-out personas that it did not train on.
+	Calibrate           bool `json:"calibrate"`
+	CalibrationSessions int  `json:"calibration_sessions"`
+	// CompareRespond also judges through Respond (generating the replies
+	// the judge never reads), as before the scoring-only path, for its time.
+	CompareRespond bool             `json:"compare_respond"`
+	Referee        rl.RefereeConfig `json:"referee"`
+}
+
+// smallBench is the experiment's small profile (experiment.SmallProfile,
+// written out so that the bench does not move with it): 240 personas of
+// population seed 7, 4 scripted dialogues each of up to 8 exchanges, a
+// d64×2 user agent of 600 steps of batch 16 at lr 3e-3 with its decision
+// weighted 20, demos with raw risks, rl.DefaultRefereeConfig at depth 6.
+func smallBench() refereeBench {
+	ref := rl.DefaultRefereeConfig()
+	ref.Depth = 6
+	return refereeBench{
+		Name: "small", PopulationSeed: 7, Players: 240, ScriptedPerPlayer: 4, MaxTurns: 8,
+		Model: smallModel(), VocabSize: 512, Steps: 600, Batch: 16, LR: 3e-3,
+		DecisionWeight: 20, ReplyTokens: 16, DemoRisks: "raw", CalibrationSessions: 400, Referee: ref,
+	}
+}
+
+// smallModel is the small profile's model: d64, 2 layers, 4 heads, FFN
+// 128, 192 tokens of context.
+func smallModel() inference.ModelConfig {
+	m := inference.DefaultModelConfig()
+	m.Dim, m.Layers, m.Heads, m.FFNDim, m.MaxSeq = 64, 2, 4, 128, 192
+	return m
+}
+
+// card is the experiment's NPC system turn (card).
+const card = "You are a character in a fantasy game, talking with the player. Stay in character, " +
+	"follow what the player cares about and ask about it."
+
+// TestRefereeBench runs when PARLEY_REFEREE_BENCH holds a JSON edit of
+// smallBench; it caches the NPC under PARLEY_REFEREE_BENCH_DIR and prints
+// the gate's report as JSON.
+func TestRefereeBench(t *testing.T) {
+	edit := os.Getenv("PARLEY_REFEREE_BENCH")
+	if edit == "" {
+		t.Skip("PARLEY_REFEREE_BENCH is not set")
+	}
+	b := smallBench()
+	if err := json.Unmarshal([]byte(edit), &b); err != nil {
+		t.Fatal(err)
+	}
+	dir := os.Getenv("PARLEY_REFEREE_BENCH_DIR")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	ctx := context.Background()
+	start := time.Now()
+
+	pcfg := simulator.DefaultPopulationConfig()
+	pcfg.Size = b.Players
+	pop, err := simulator.NewPopulation(pcfg, b.PopulationSeed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scripted := scriptedSessions(t, pop, b)
+	var train, heldOut []schema.Dialogue
+	for _, d := range scripted {
+		if p, _ := pop.Player(d.PlayerID); p.HeldOut {
+			heldOut = append(heldOut, d)
+		} else {
+			train = append(train, d)
+		}
+	}
+
+	// The NPC: the small profile's SFT on the scripted sessions (cached).
+	npcCfg := sftConfig(smallModel(), 512, learner.RoleNPC, filepath.Join(dir, fmt.Sprintf("npc-%d-%d", b.PopulationSeed, b.Players)))
+	npcCfg.Steps, npcCfg.BatchSize, npcCfg.Train.LearningRate = 300, 16, 3e-3
+	npcCfg.MaxTurns = b.MaxTurns
+	npc, err := learner.TrainSFT(ctx, npcCfg, train, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	npcEng := serve(t, npc.TrainedModel, npc.Tokenizer)
+	policy := func(seed uint64) *rl.ModelPolicy {
+		pc := rl.DefaultPolicyConfig() // T 0.7, top-k 50, 48 tokens
+		pc.Seed = seed
+		pol, err := rl.NewModelPolicy(npcEng, npc.Tokenizer, npc.TrainedModel.Config().MaxSeq, pc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pol
+	}
+	players := rl.NewPlayerEnv(pop)
+	byPlayer := map[string][]schema.Dialogue{}
+	for _, d := range scripted {
+		byPlayer[d.PlayerID] = append(byPlayer[d.PlayerID], d)
+	}
+	var trainPlayers, heldPlayers []*simulator.Persona
+	for _, p := range pop.Players() {
+		if p.HeldOut {
+			heldPlayers = append(heldPlayers, p)
+		} else {
+			trainPlayers = append(trainPlayers, p)
+		}
+	}
+
+	// On-policy sessions of the training personas: for the user agent's
+	// training and, apart, the logged sessions its calibration is fitted on.
+	var onPolicy []schema.Dialogue
+	if b.OnPolicyPerPlayer > 0 {
+		var prompts []rl.Prompt
+		for k := range b.OnPolicyPerPlayer {
+			for i, p := range trainPlayers {
+				prompts = append(prompts, rl.PlayerPrompt(p, uint64(5_000_000+1000*k+i), card))
+			}
+		}
+		onPolicy = playSessions(t, policy(101), players, prompts, b.MaxTurns, "onpolicy")
+	}
+
+	uaCfg := sftConfig(b.Model, b.VocabSize, learner.RoleUser, t.TempDir())
+	uaCfg.Arch.MaxSeq = 320
+	uaCfg.Steps, uaCfg.BatchSize, uaCfg.Train.LearningRate, uaCfg.DecisionWeight = b.Steps, b.Batch, b.LR, b.DecisionWeight
+	uaCfg.MaxTurns = b.MaxTurns
+	uaCfg.UserAgent.Sampling.MaxTokens = b.ReplyTokens
+	trainStart := time.Now()
+	ua, err := learner.TrainSFT(ctx, uaCfg, append(append([]schema.Dialogue(nil), train...), onPolicy...), logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trainSeconds := time.Since(trainStart).Seconds()
+	uaEng := serve(t, ua.TrainedModel, ua.Tokenizer)
+	agent, err := simulator.NewUserAgent(uaEng, uaCfg.UserAgent)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	risks := map[string][]float64{
+		"raw":      simulator.EmpiricalRisks(train, b.MaxTurns),
+		"training": simulator.TrainingRisks(train, b.MaxTurns),
+		"none":     nil,
+	}[b.DemoRisks]
+	demos := func(playerID string) []simulator.PromptDialogue {
+		var out []simulator.PromptDialogue
+		for _, d := range byPlayer[playerID][:min(2, len(byPlayer[playerID]))] {
+			out = append(out, simulator.PromptDialogueOf(d, risks))
+		}
+		return out
+	}
+
+	var prompts []rl.Prompt
+	for i := range max(b.Referee.Groups, b.Referee.Dialogues) {
+		p := heldPlayers[i%len(heldPlayers)]
+		pr := rl.PlayerPrompt(p, 9_000_000+uint64(i), card)
+		pr.Demos = demos(p.ID)
+		prompts = append(prompts, pr)
+	}
+	pol := policy(b.Referee.Seed*31337 + 11)
+	sample, err := rl.SampleReferee(ctx, b.Referee, pol, players, prompts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]any{}
+
+	var calib simulator.Calibration
+	if b.Calibrate {
+		uncalibrated, err := sample.Judge(ctx, pol, rl.NewUserAgentEnv(agent, b.Referee.Seed*7727+3))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out["report_uncalibrated"] = uncalibrated
+		var prompts []rl.Prompt
+		for i := range b.CalibrationSessions {
+			p := trainPlayers[i%len(trainPlayers)]
+			prompts = append(prompts, rl.PlayerPrompt(p, uint64(7_000_000+i), card))
+		}
+		logged := playSessions(t, policy(202), players, prompts, b.MaxTurns, "logged")
+		tr := simulator.TrainingRisks(train, b.MaxTurns)
+		var decisions []simulator.Decision
+		for _, d := range logged {
+			qs, quit := simulator.DecisionQueries(d, demos(d.PlayerID), tr)
+			scores, err := agent.Terminations(ctx, 0, qs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, s := range scores {
+				decisions = append(decisions, simulator.Decision{Logit: s.Logit, Quit: quit[i]})
+			}
+		}
+		if calib, err = simulator.FitCalibration(decisions); err != nil {
+			t.Fatal(err)
+		}
+		uaCfg.UserAgent.Calibration = calib
+		if agent, err = simulator.NewUserAgent(uaEng, uaCfg.UserAgent); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("calibration %+v from %d decisions of %d logged sessions", calib, len(decisions), len(logged))
+	}
+
+	env := rl.NewUserAgentEnv(agent, b.Referee.Seed*7727+3)
+	judgeStart := time.Now()
+	rep, err := sample.Judge(ctx, pol, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	judgeSeconds := time.Since(judgeStart).Seconds()
+	if b.CompareRespond {
+		respondStart := time.Now()
+		viaRespond, err := sample.Judge(ctx, pol, respondOnly{env})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out["report_via_respond"], out["judge_seconds_via_respond"] = viaRespond, time.Since(respondStart).Seconds()
+	}
+	for k, v := range map[string]any{
+		"bench": b, "report": rep, "calibration": calib, "user_agent_params": ua.TrainedModel.Config().Params(),
+		"train_dialogues": len(train) + len(onPolicy), "on_policy_dialogues": len(onPolicy), "instances": ua.Instances,
+		"user_agent_train_seconds": trainSeconds, "judge_seconds": judgeSeconds,
+		"total_seconds": time.Since(start).Seconds(), "held_out_metrics": ua.After,
+	} {
+		out[k] = v
+	}
+	js, _ := json.Marshal(out)
+	fmt.Printf("REFEREE_BENCH %s\n", js)
+	_, why := rep.Pass(nil, rl.DefaultRefereeThresholds())
+	t.Log(why)
+	_ = heldOut
+}
+
+// respondOnly hides an environment's EndScorer, so the judge asks Respond.
+type respondOnly struct{ rl.Environment }
+
+// scriptedSessions plays every persona's dialogues with scripted NPCs of
+// the experiment's mix.
+func scriptedSessions(t *testing.T, pop *simulator.Population, b refereeBench) []schema.Dialogue {
+	mix := simulator.DefaultCorpusConfig().Qualities
+	rng := rand.New(rand.NewPCG(b.PopulationSeed, 0xc0))
+	var out []schema.Dialogue
+	for i, pl := range pop.Players() {
+		for k := range b.ScriptedPerPlayer {
+			q := mix[0].Quality
+			for x, j := rng.Float64(), 0; j < len(mix); j++ {
+				if x < mix[j].Weight {
+					q = mix[j].Quality
+					break
+				}
+				x -= mix[j].Weight
+			}
+			npc, err := simulator.NewScriptedNPC(pop, q, simulator.DefaultScriptConfig(), rng.Uint64())
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := simulator.Play(pl.Start(uint64(1_000_000+i*100+k)), npc, b.MaxTurns)
+			d.SessionID, d.PlayerID, d.NPCID = fmt.Sprintf("boot-%d-%d", i, k), pl.ID, "bootstrap-npc"
+			d.Deployment, d.PolicyVersion = "experiment", "scripted"
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// playSessions plays each prompt once with pol against the players, level
+// by level, and returns the sessions as a deployment logs them.
+func playSessions(t *testing.T, pol rl.Policy, players rl.Environment, prompts []rl.Prompt, maxTurns int, tag string) []schema.Dialogue {
+	ctx := context.Background()
+	out := make([]schema.Dialogue, len(prompts))
+	states := make([]rl.State, len(prompts))
+	live := make([]int, len(prompts))
+	start := time.Date(2026, 2, 1, 0, 0, 0, 0, time.UTC)
+	for i := range prompts {
+		states[i], live[i] = rl.State{Prompt: &prompts[i]}, i
+		out[i] = schema.Dialogue{SessionID: fmt.Sprintf("%s-%d", tag, i), PlayerID: prompts[i].PlayerID, NPCID: "npc",
+			Deployment: "bench", PolicyVersion: "sft", Started: start.Add(time.Duration(i) * time.Minute)}
+	}
+	for turn := 1; len(live) > 0; turn++ {
+		batch := make([]rl.State, len(live))
+		for j, i := range live {
+			batch[j] = states[i]
+		}
+		gens, err := pol.GenerateBatch(ctx, batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		turns := make([]rl.Turn, len(live))
+		for j := range live {
+			turns[j] = rl.Turn{State: batch[j], NPC: gens[j].Text}
+		}
+		replies, err := players.Respond(ctx, 0, turns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var next []int
+		for j, i := range live {
+			user := prompts[i].Opening
+			if h := states[i].History; len(h) > 0 {
+				user = h[len(h)-1].User
+			}
+			out[i].Exchanges = append(out[i].Exchanges, schema.Exchange{Turn: turn, User: user, NPC: gens[j].Text})
+			switch {
+			case replies[j].Terminated:
+				out[i].Reason = schema.EndPlayerEnded
+			case turn >= maxTurns:
+				out[i].Reason = schema.EndMaxTurns
+			default:
+				h := append(append([]rl.Exchange(nil), states[i].History...), rl.Exchange{NPC: gens[j].Text, User: replies[j].Text})
+				states[i] = rl.State{Prompt: states[i].Prompt, History: h}
+				next = append(next, i)
+			}
+		}
+		live = next
+	}
+	return out
+}
+
+// sftConfig is the experiment's SFT configuration of one agent.
+func sftConfig(model inference.ModelConfig, vocab int, role learner.Role, dataDir string) learner.SFTConfig {
+	c := learner.DefaultSFTConfig(role)
+	c.DataDir, c.DefaultCard, c.Arch, c.VocabSize = dataDir, card, model, vocab
+	c.CheckpointEvery = 1000
+	c.SkipEvalBefore = true
+	c.Eval = learner.EvalConfig{MaxDialogues: 48, MaxReplies: 8, ReplyTokens: 16, MaxTurns: 8, ScoreBatch: 8, Seed: 1}
+	return c
+}
+
+// serve starts an engine on m for the test's life.
+func serve(t *testing.T, m *inference.Model, tok *inference.Tokenizer) *inference.Engine {
+	c := inference.DefaultEngineConfig()
+	c.MaxBatch, c.QueueSize = 64, 4096
+	eng, err := inference.NewEngine(m, tok, c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := eng.Start()
+	t.Cleanup(stop)
+	return eng
+}
