@@ -119,7 +119,7 @@ func decodeSession(id string, m map[string]string) (*session, error) {
 			return nil, fmt.Errorf("decode session %s generation: %w", id, err)
 		}
 	}
-	if err := json.Unmarshal([]byte(m["history"]), &sess.History); err != nil {
+	if sess.History, err = decodeHistory(m["history"]); err != nil {
 		return nil, fmt.Errorf("decode session %s history: %w", id, err)
 	}
 	if cm := m["client_meta"]; cm != "" {
