@@ -104,7 +104,12 @@ warm-up, checkpointing every --checkpoint-every steps under --data-dir; a run in
 by a crash resumes from its last checkpoint when started again with the same flags. The
 held-out players are evaluated before and after, and the model is published to the
 registry with its metrics in the manifest. Progress on stderr shows loss, tokens/s and
-ETA: a bar on a terminal, a line every few seconds when stderr is a file or a pipe.`,
+ETA: a bar on a terminal, a line every few seconds when stderr is a file or a pipe.
+
+--parent may be a Hugging Face model imported with 'parley models import' (Llama 3,
+Qwen2.5, SmolLM2): it is trained in its own chat template, with the loss on the NPC's
+turns and their end-of-turn token, on GoMLX's graph (--backend xla for a GPU), and the
+new version carries its template, so the gateway serves it as it served the import.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			r := learner.Role(role)
@@ -114,7 +119,7 @@ ETA: a bar on a terminal, a line every few seconds when stderr is a file or a pi
 			cfg := learner.DefaultSFTConfig(r)
 			cfg.Registry, cfg.DataDir, cfg.Version, cfg.Parent = sft.Registry, sft.DataDir, sft.Version, sft.Parent
 			cfg.Steps, cfg.BatchSize, cfg.Seed, cfg.CheckpointEvery = steps, batchSize, sft.Seed, sft.CheckpointEvery
-			cfg.Backend = sft.Backend
+			cfg.Backend, cfg.Trainer, cfg.Train.LearningRate = sft.Backend, sft.Trainer, sft.Train.LearningRate
 			cfg.RunID = "sft-" + role + "-" + filepath.Base(corpus)
 			cfg.Progress = cmd.ErrOrStderr()
 			if err := cfg.Validate(); err != nil {
@@ -154,6 +159,7 @@ ETA: a bar on a terminal, a line every few seconds when stderr is a file or a pi
 	f.IntVar(&batchSize, "batch-size", batchSize, "dialogue instances per step")
 	f.IntVar(&sft.CheckpointEvery, "checkpoint-every", sft.CheckpointEvery, "steps between checkpoints")
 	f.Uint64Var(&sft.Seed, "seed", sft.Seed, "seed of the split, the initialisation and the batches")
+	f.Float64Var(&sft.Train.LearningRate, "lr", sft.Train.LearningRate, "peak learning rate (fine-tuning an imported model wants far less, e.g. 1e-5)")
 	backendFlags(f, &sft.Backend)
 	f.StringVar(&sft.Trainer, "trainer", sft.Trainer, `"native" (CPU) or "gomlx"; empty: native on --backend go, gomlx on xla`)
 	_ = cmd.MarkFlagRequired("corpus")
