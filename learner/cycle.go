@@ -312,16 +312,26 @@ func (c *Cycle) RunOnce(ctx context.Context) (*CycleResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("at-grpo cycle: %w", err)
 	}
+	// An imported parent is prompted in its chat template, and the
+	// candidate carries the template on.
+	chat, err := inference.LoadChatFormat(reg.Dir(c.cfg.Model, parent), tok)
+	if err != nil {
+		return nil, fmt.Errorf("at-grpo cycle: %w", err)
+	}
+	hf, err := inference.ReadHFFiles(reg.Dir(c.cfg.Model, parent))
+	if err != nil {
+		return nil, fmt.Errorf("at-grpo cycle: %w", err)
+	}
 	uaModel, uaTok, _, err := inference.LoadCheckpoint(reg.Dir(c.cfg.UserAgentModel, uaVersion), c.cfg.Backend)
 	if err != nil {
 		return nil, fmt.Errorf("at-grpo cycle: %w", err)
 	}
-	eng, stopEng, err := cycleEngine(model, tok, c.logger)
+	eng, stopEng, err := cycleEngine(model, chat, c.logger)
 	if err != nil {
 		return nil, fmt.Errorf("at-grpo cycle: %w", err)
 	}
 	defer stopEng()
-	uaEng, stopUA, err := cycleEngine(uaModel, uaTok, c.logger)
+	uaEng, stopUA, err := cycleEngine(uaModel, inference.ParleyChatFormat(uaTok), c.logger)
 	if err != nil {
 		return nil, fmt.Errorf("at-grpo cycle: %w", err)
 	}
@@ -331,7 +341,7 @@ func (c *Cycle) RunOnce(ctx context.Context) (*CycleResult, error) {
 		return nil, fmt.Errorf("at-grpo cycle: %w", err)
 	}
 	maxSeq := model.Config().MaxSeq
-	pol, err := rl.NewModelPolicy(eng, tok, maxSeq, c.cfg.Policy)
+	pol, err := rl.NewChatPolicy(eng, chat, maxSeq, c.cfg.Policy)
 	if err != nil {
 		return nil, fmt.Errorf("at-grpo cycle: %w", err)
 	}
@@ -356,7 +366,7 @@ func (c *Cycle) RunOnce(ctx context.Context) (*CycleResult, error) {
 	evaluate := func(env rl.Environment, prompts []rl.Prompt) (rl.EvalResult, error) {
 		pc := c.cfg.Policy
 		pc.Seed = c.cfg.Seed*31337 + 5
-		ep, err := rl.NewModelPolicy(eng, tok, maxSeq, pc)
+		ep, err := rl.NewChatPolicy(eng, chat, maxSeq, pc)
 		if err != nil {
 			return rl.EvalResult{}, err
 		}
@@ -430,7 +440,7 @@ func (c *Cycle) RunOnce(ctx context.Context) (*CycleResult, error) {
 		res.Published, res.GateReason = c.cfg.Gate(res.Candidate, res.ParentEval)
 	}
 	if res.Published {
-		if err := c.publish(ctx, reg, res, model, tok, ds); err != nil {
+		if err := c.publish(ctx, reg, res, model, tok, hf, ds); err != nil {
 			return nil, err
 		}
 	}
@@ -550,9 +560,10 @@ func (c *Cycle) groundTruthPrompts(pop *simulator.Population) []rl.Prompt {
 	return out
 }
 
-// publish saves the trained model with its manifest and curves and puts
-// it into the registry as the next version, atomically.
-func (c *Cycle) publish(ctx context.Context, reg *registry.Local, res *CycleResult, m *inference.Model, tok *inference.Tokenizer, ds []schema.Dialogue) error {
+// publish saves the trained model with its manifest and curves (and an
+// imported parent's HFFiles hf) and puts it into the registry as the next
+// version, atomically.
+func (c *Cycle) publish(ctx context.Context, reg *registry.Local, res *CycleResult, m *inference.Model, tok *inference.Tokenizer, hf inference.HFFiles, ds []schema.Dialogue) error {
 	version, err := registry.NextVersion(ctx, reg, c.cfg.Model)
 	if err != nil {
 		return fmt.Errorf("at-grpo cycle: %w", err)
@@ -585,7 +596,7 @@ func (c *Cycle) publish(ctx context.Context, reg *registry.Local, res *CycleResu
 	}
 	defer os.RemoveAll(tmp)
 	dir := filepath.Join(tmp, version)
-	if err := inference.SaveCheckpoint(dir, m, tok, man); err != nil {
+	if err := inference.SaveImportedCheckpoint(dir, m, tok, hf, man); err != nil {
 		return fmt.Errorf("at-grpo cycle: %w", err)
 	}
 	if err := addCurves(dir, res.Curves); err != nil {
@@ -625,14 +636,14 @@ func addCurves(dir string, cv schema.Curves) error {
 	return atomicfile.Write(mpath, append(out, '\n'), 0o644)
 }
 
-// cycleEngine serves m with room for whole tree levels of several trees
-// until the returned stop is called. The engine does not stop with the
+// cycleEngine serves m in chat's format with room for whole tree levels of
+// several trees until the returned stop is called. The engine does not stop with the
 // cycle's context: requests already queued when the cycle is cancelled
 // still finish, so nothing waits on a stream of a stopped engine.
-func cycleEngine(m *inference.Model, tok *inference.Tokenizer, logger *slog.Logger) (*inference.Engine, func(), error) {
+func cycleEngine(m *inference.Model, chat *inference.ChatFormat, logger *slog.Logger) (*inference.Engine, func(), error) {
 	cfg := inference.DefaultEngineConfig()
-	cfg.MaxBatch, cfg.QueueSize = 64, 4096
-	eng, err := inference.NewEngine(m, tok, cfg, logger)
+	cfg.MaxBatch, cfg.QueueSize, cfg.Chat = 64, 4096, chat
+	eng, err := inference.NewEngine(m, chat.Tokenizer(), cfg, logger)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -414,7 +414,7 @@ func (r *refresher) newReferee(ctx context.Context, npc string, window []schema.
 	if err != nil {
 		return nil, fmt.Errorf("referee: %w", err)
 	}
-	eng, stop, err := cycleEngine(m, tok, r.logger)
+	eng, stop, err := cycleEngine(m, inference.ParleyChatFormat(tok), r.logger)
 	if err != nil {
 		return nil, fmt.Errorf("referee: %w", err)
 	}
@@ -445,7 +445,7 @@ func (j *referee) policy() (*rl.ModelPolicy, error) {
 
 // judge serves the user agent m and measures it on the sample.
 func (j *referee) judge(ctx context.Context, m *inference.Model, tok *inference.Tokenizer) (*rl.RefereeReport, error) {
-	eng, stop, err := cycleEngine(m, tok, j.logger)
+	eng, stop, err := cycleEngine(m, inference.ParleyChatFormat(tok), j.logger)
 	if err != nil {
 		return nil, err
 	}
