@@ -70,7 +70,7 @@ func newCorpus(p Profile) (*corpus, error) {
 	if len(c.train) == 0 || len(c.heldOut) == 0 {
 		return nil, fmt.Errorf("bootstrap corpus: %d training and %d held-out dialogues; raise players", len(c.train), len(c.heldOut))
 	}
-	c.risks = simulator.EmpiricalRisks(c.train, p.MaxTurns)
+	c.risks = simulator.TrainingRisks(c.train, p.MaxTurns) // as the user agent saw demos in training
 	return c, nil
 }
 
