@@ -1,6 +1,7 @@
 package simulator
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -106,4 +107,36 @@ func FitCalibration(ds []Decision) (Calibration, error) {
 	search(0.1, 3, 0.1, -6, 6, 0.2)
 	search(max(best.Scale-0.1, 0.01), best.Scale+0.1, 0.01, best.Offset-0.2, best.Offset+0.2, 0.02)
 	return best, nil
+}
+
+// FitCalibrationOn fits u's calibration (FitCalibration) on the decisions
+// of logged sessions, each judged with the demos demos(session) and past
+// NPC turns tagged with risks; it returns the calibration and the number
+// of decisions. Only what a deployment observes goes in: who quit after
+// which NPC turn.
+func (u *UserAgent) FitCalibrationOn(ctx context.Context, sessions []schema.Dialogue, demos func(schema.Dialogue) []PromptDialogue, risks []float64) (Calibration, int, error) {
+	var ds []Decision
+	for _, s := range sessions {
+		qs, quit := DecisionQueries(s, demos(s), risks)
+		if len(qs) == 0 {
+			continue
+		}
+		scores, err := u.Terminations(ctx, 0, qs)
+		if err != nil {
+			return Calibration{}, 0, fmt.Errorf("fit calibration on %s: %w", s.SessionID, err)
+		}
+		for i, sc := range scores {
+			ds = append(ds, Decision{Logit: sc.Logit, Quit: quit[i]})
+		}
+	}
+	c, err := FitCalibration(ds)
+	return c, len(ds), err
+}
+
+// WithCalibration returns a user agent on the same engine whose P_T goes
+// through c.
+func (u *UserAgent) WithCalibration(c Calibration) (*UserAgent, error) {
+	cfg := u.cfg
+	cfg.Calibration = c
+	return NewUserAgent(u.eng, cfg)
 }

@@ -250,6 +250,30 @@ func TestUserAgentStep(t *testing.T) {
 			t.Errorf("query %d: P_T %g; want σ(logit %g) = %g uncalibrated", i, sc.PT, sc.Logit, want)
 		}
 	}
+	// A calibrated agent maps the same logits through its calibration.
+	cal := Calibration{Scale: 0.5, Offset: -1}
+	calibrated, err := ua.WithCalibration(cal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recal, err := calibrated.Terminations(t.Context(), step, qs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, sc := range recal {
+		if want := cal.TerminationShare(scores[i].Logit); sc.Logit != scores[i].Logit || math.Abs(sc.PT-want) > 1e-12 {
+			t.Errorf("query %d calibrated: logit %g, P_T %g; want logit %g, P_T %g", i, sc.Logit, sc.PT, scores[i].Logit, want)
+		}
+	}
+	// Fitting on logged sessions asks about every observed decision.
+	wantDecisions := 0
+	for _, d := range ds[2:6] {
+		qs, _ := DecisionQueries(d, demos, risks)
+		wantDecisions += len(qs)
+	}
+	if _, n, err := ua.FitCalibrationOn(t.Context(), ds[2:6], func(schema.Dialogue) []PromptDialogue { return demos }, risks); n != wantDecisions {
+		t.Errorf("FitCalibrationOn used %d decisions (err %v); want %d", n, err, wantDecisions)
+	}
 	again, err := ua.Step(t.Context(), step, qs, 42)
 	if err != nil {
 		t.Fatal(err)

@@ -28,11 +28,15 @@ type refereeBench struct {
 	// The population plays ScriptedPerPlayer dialogues per persona with
 	// scripted NPCs of mixed quality and OnPolicyPerPlayer with the SFT
 	// NPC; the user agent trains on the non-held-out personas' sessions.
-	PopulationSeed    uint64 `json:"population_seed"`
-	Players           int    `json:"players"`
-	ScriptedPerPlayer int    `json:"scripted_per_player"`
-	OnPolicyPerPlayer int    `json:"on_policy_per_player"`
-	MaxTurns          int    `json:"max_turns"`
+	PopulationSeed uint64 `json:"population_seed"`
+	Players        int    `json:"players"`
+	// ExtraPlayers more personas of the same population add sessions to
+	// the user agent's training only: the NPC and the referee's held-out
+	// personas stay the first Players'.
+	ExtraPlayers      int `json:"extra_players"`
+	ScriptedPerPlayer int `json:"scripted_per_player"`
+	OnPolicyPerPlayer int `json:"on_policy_per_player"`
+	MaxTurns          int `json:"max_turns"`
 	// The user agent's model and SFT.
 	Model          inference.ModelConfig `json:"model"`
 	VocabSize      int                   `json:"vocab_size"`
@@ -103,18 +107,23 @@ func TestRefereeBench(t *testing.T) {
 	start := time.Now()
 
 	pcfg := simulator.DefaultPopulationConfig()
-	pcfg.Size = b.Players
+	pcfg.Size = b.Players + b.ExtraPlayers
 	pop, err := simulator.NewPopulation(pcfg, b.PopulationSeed)
 	if err != nil {
 		t.Fatal(err)
 	}
+	base := map[string]bool{}
+	for _, p := range pop.Players()[:b.Players] {
+		base[p.ID] = true
+	}
 	scripted := scriptedSessions(t, pop, b)
-	var train, heldOut []schema.Dialogue
+	var train, npcTrain []schema.Dialogue
 	for _, d := range scripted {
-		if p, _ := pop.Player(d.PlayerID); p.HeldOut {
-			heldOut = append(heldOut, d)
-		} else {
+		if p, _ := pop.Player(d.PlayerID); !p.HeldOut {
 			train = append(train, d)
+			if base[d.PlayerID] {
+				npcTrain = append(npcTrain, d)
+			}
 		}
 	}
 
@@ -122,7 +131,7 @@ func TestRefereeBench(t *testing.T) {
 	npcCfg := sftConfig(smallModel(), 512, learner.RoleNPC, filepath.Join(dir, fmt.Sprintf("npc-%d-%d", b.PopulationSeed, b.Players)))
 	npcCfg.Steps, npcCfg.BatchSize, npcCfg.Train.LearningRate = 300, 16, 3e-3
 	npcCfg.MaxTurns = b.MaxTurns
-	npc, err := learner.TrainSFT(ctx, npcCfg, train, logger)
+	npc, err := learner.TrainSFT(ctx, npcCfg, npcTrain, logger)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,9 +152,10 @@ func TestRefereeBench(t *testing.T) {
 	}
 	var trainPlayers, heldPlayers []*simulator.Persona
 	for _, p := range pop.Players() {
-		if p.HeldOut {
+		switch {
+		case p.HeldOut && base[p.ID]:
 			heldPlayers = append(heldPlayers, p)
-		} else {
+		case !p.HeldOut:
 			trainPlayers = append(trainPlayers, p)
 		}
 	}
@@ -160,7 +170,9 @@ func TestRefereeBench(t *testing.T) {
 				prompts = append(prompts, rl.PlayerPrompt(p, uint64(5_000_000+1000*k+i), card))
 			}
 		}
-		onPolicy = playSessions(t, policy(101), players, prompts, b.MaxTurns, "onpolicy")
+		if onPolicy, err = rl.PlaySessions(ctx, policy(101), players, prompts, b.MaxTurns); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	uaCfg := sftConfig(b.Model, b.VocabSize, learner.RoleUser, t.TempDir())
@@ -169,7 +181,8 @@ func TestRefereeBench(t *testing.T) {
 	uaCfg.MaxTurns = b.MaxTurns
 	uaCfg.UserAgent.Sampling.MaxTokens = b.ReplyTokens
 	trainStart := time.Now()
-	ua, err := learner.TrainSFT(ctx, uaCfg, append(append([]schema.Dialogue(nil), train...), onPolicy...), logger)
+	uaData := append(append([]schema.Dialogue(nil), train...), onPolicy...)
+	ua, err := learner.TrainSFT(ctx, uaCfg, uaData, logger)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,8 +194,8 @@ func TestRefereeBench(t *testing.T) {
 	}
 
 	risks := map[string][]float64{
-		"raw":      simulator.EmpiricalRisks(train, b.MaxTurns),
-		"training": simulator.TrainingRisks(train, b.MaxTurns),
+		"raw":      simulator.EmpiricalRisks(uaData, b.MaxTurns),
+		"training": simulator.TrainingRisks(uaData, b.MaxTurns),
 		"none":     nil,
 	}[b.DemoRisks]
 	demos := func(playerID string) []simulator.PromptDialogue {
@@ -219,27 +232,20 @@ func TestRefereeBench(t *testing.T) {
 			p := trainPlayers[i%len(trainPlayers)]
 			prompts = append(prompts, rl.PlayerPrompt(p, uint64(7_000_000+i), card))
 		}
-		logged := playSessions(t, policy(202), players, prompts, b.MaxTurns, "logged")
-		tr := simulator.TrainingRisks(train, b.MaxTurns)
-		var decisions []simulator.Decision
-		for _, d := range logged {
-			qs, quit := simulator.DecisionQueries(d, demos(d.PlayerID), tr)
-			scores, err := agent.Terminations(ctx, 0, qs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i, s := range scores {
-				decisions = append(decisions, simulator.Decision{Logit: s.Logit, Quit: quit[i]})
-			}
-		}
-		if calib, err = simulator.FitCalibration(decisions); err != nil {
+		logged, err := rl.PlaySessions(ctx, policy(202), players, prompts, b.MaxTurns)
+		if err != nil {
 			t.Fatal(err)
 		}
-		uaCfg.UserAgent.Calibration = calib
-		if agent, err = simulator.NewUserAgent(uaEng, uaCfg.UserAgent); err != nil {
+		var decisions int
+		calib, decisions, err = agent.FitCalibrationOn(ctx, logged, func(d schema.Dialogue) []simulator.PromptDialogue { return demos(d.PlayerID) },
+			simulator.TrainingRisks(uaData, b.MaxTurns))
+		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("calibration %+v from %d decisions of %d logged sessions", calib, len(decisions), len(logged))
+		if agent, err = agent.WithCalibration(calib); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("calibration %+v from %d decisions of %d logged sessions", calib, decisions, len(logged))
 	}
 
 	env := rl.NewUserAgentEnv(agent, b.Referee.Seed*7727+3)
@@ -269,7 +275,6 @@ func TestRefereeBench(t *testing.T) {
 	fmt.Printf("REFEREE_BENCH %s\n", js)
 	_, why := rep.Pass(nil, rl.DefaultRefereeThresholds())
 	t.Log(why)
-	_ = heldOut
 }
 
 // respondOnly hides an environment's EndScorer, so the judge asks Respond.
@@ -300,59 +305,6 @@ func scriptedSessions(t *testing.T, pop *simulator.Population, b refereeBench) [
 			d.Deployment, d.PolicyVersion = "experiment", "scripted"
 			out = append(out, d)
 		}
-	}
-	return out
-}
-
-// playSessions plays each prompt once with pol against the players, level
-// by level, and returns the sessions as a deployment logs them.
-func playSessions(t *testing.T, pol rl.Policy, players rl.Environment, prompts []rl.Prompt, maxTurns int, tag string) []schema.Dialogue {
-	ctx := context.Background()
-	out := make([]schema.Dialogue, len(prompts))
-	states := make([]rl.State, len(prompts))
-	live := make([]int, len(prompts))
-	start := time.Date(2026, 2, 1, 0, 0, 0, 0, time.UTC)
-	for i := range prompts {
-		states[i], live[i] = rl.State{Prompt: &prompts[i]}, i
-		out[i] = schema.Dialogue{SessionID: fmt.Sprintf("%s-%d", tag, i), PlayerID: prompts[i].PlayerID, NPCID: "npc",
-			Deployment: "bench", PolicyVersion: "sft", Started: start.Add(time.Duration(i) * time.Minute)}
-	}
-	for turn := 1; len(live) > 0; turn++ {
-		batch := make([]rl.State, len(live))
-		for j, i := range live {
-			batch[j] = states[i]
-		}
-		gens, err := pol.GenerateBatch(ctx, batch)
-		if err != nil {
-			t.Fatal(err)
-		}
-		turns := make([]rl.Turn, len(live))
-		for j := range live {
-			turns[j] = rl.Turn{State: batch[j], NPC: gens[j].Text}
-		}
-		replies, err := players.Respond(ctx, 0, turns)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var next []int
-		for j, i := range live {
-			user := prompts[i].Opening
-			if h := states[i].History; len(h) > 0 {
-				user = h[len(h)-1].User
-			}
-			out[i].Exchanges = append(out[i].Exchanges, schema.Exchange{Turn: turn, User: user, NPC: gens[j].Text})
-			switch {
-			case replies[j].Terminated:
-				out[i].Reason = schema.EndPlayerEnded
-			case turn >= maxTurns:
-				out[i].Reason = schema.EndMaxTurns
-			default:
-				h := append(append([]rl.Exchange(nil), states[i].History...), rl.Exchange{NPC: gens[j].Text, User: replies[j].Text})
-				states[i] = rl.State{Prompt: states[i].Prompt, History: h}
-				next = append(next, i)
-			}
-		}
-		live = next
 	}
 	return out
 }
