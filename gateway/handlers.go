@@ -98,14 +98,15 @@ func (s *Server) messageHandler(c echo.Context) error {
 		return err
 	}
 	// Three Redis round trips on the common path: load and lock, rate
-	// limit and activity, append and unlock (the API key is cached).
+	// limits, append, unlock and activity (the API key is cached); two
+	// with the rate limits off.
 	ctx := c.Request().Context()
 	sess, lock, err := s.lockSession(ctx, c.Param("id"), principalOf(c).ClientID)
 	if err != nil {
 		return err
 	}
 	defer lock.unlock(ctx)
-	if err := s.limitTurn(ctx, sess, lock != nil); err != nil {
+	if err := s.limit(ctx, sess.ClientID, sess.PlayerID); err != nil {
 		return err
 	}
 	if lock == nil {
