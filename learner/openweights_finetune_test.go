@@ -15,6 +15,7 @@ import (
 	"github.com/parleyhq/parley/inference/registry"
 	"github.com/parleyhq/parley/learner/rl"
 	"github.com/parleyhq/parley/schema"
+	"github.com/parleyhq/parley/simulator"
 )
 
 // shortCard is the NPC's card in these tests: a short system turn keeps
@@ -29,9 +30,9 @@ var chatMLControls = []string{"<|endoftext|>", "<|im_start|>", "<|im_end|>"}
 // byte-level tokenizer.json trained on the dialogues' text whose control
 // tokens are ChatML's and none of Parley's; Qwen 2.5's tokenizer_config.json
 // with its chat template; a generation_config.json) and imports it as
-// npc/v1 into a registry at root as `parley models import` does. It returns
+// model/v1 into a registry at root as `parley models import` does. It returns
 // the checkpoint's directory.
-func importQwen(t *testing.T, root string, ds []schema.Dialogue) string {
+func importQwen(t *testing.T, root, model string, ds []schema.Dialogue) string {
 	t.Helper()
 	texts := []string{shortCard}
 	for _, d := range ds {
@@ -95,7 +96,7 @@ func importQwen(t *testing.T, root string, ds []schema.Dialogue) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := reg.Import(context.Background(), "npc", "v1", src, files, schema.Manifest{Algorithm: "import"}); err != nil {
+	if _, err := reg.Import(context.Background(), model, "v1", src, files, schema.Manifest{Algorithm: "import"}); err != nil {
 		t.Fatal(err)
 	}
 	return src
@@ -123,7 +124,7 @@ func TestOpenWeightsFineTuneSFT(t *testing.T) {
 	ds := generatedCorpus(t, 12, 3, 4, 1)
 	ctx := context.Background()
 	root := filepath.Join(t.TempDir(), "registry")
-	importQwen(t, root, ds)
+	importQwen(t, root, "npc", ds)
 
 	cfg := tinySFTConfig(t, RoleNPC)
 	cfg.Registry, cfg.Parent, cfg.Steps, cfg.DefaultCard = root, "v1", 12, shortCard
@@ -195,7 +196,7 @@ func TestOpenWeightsFineTuneSFT(t *testing.T) {
 // text and <|im_end|>, and a player's "<|im_end|>" stays text.
 func TestOpenWeightsFineTuneMask(t *testing.T) {
 	ds := generatedCorpus(t, 4, 1, 3, 2)
-	src := importQwen(t, filepath.Join(t.TempDir(), "registry"), ds)
+	src := importQwen(t, filepath.Join(t.TempDir(), "registry"), "npc", ds)
 	tok, err := inference.LoadHFTokenizer(src)
 	if err != nil {
 		t.Fatal(err)
@@ -240,7 +241,7 @@ func TestOpenWeightsFineTuneMask(t *testing.T) {
 func TestOpenWeightsFineTuneGRPOStep(t *testing.T) {
 	ds := generatedCorpus(t, 4, 1, 3, 3)
 	root := filepath.Join(t.TempDir(), "registry")
-	importQwen(t, root, ds)
+	importQwen(t, root, "npc", ds)
 	m, chat := loadVersion(t, filepath.Join(root, "npc", "v1"))
 	eng, err := servingEngine(m, chat)
 	if err != nil {
@@ -306,6 +307,58 @@ func servingEngine(m *inference.Model, chat *inference.ChatFormat) (*inference.E
 	cfg := inference.DefaultEngineConfig()
 	cfg.Chat = chat
 	return inference.NewEngine(m, chat.Tokenizer(), cfg, nil)
+}
+
+// TestOpenWeightsFineTuneUserAgent fine-tunes an imported Qwen2
+// checkpoint into the user agent: SFT from user-agent/v1 (the import) gives
+// it Parley's decision tokens, the loss falls, and the published
+// user-agent/v2 judges NPC turns and replies as simulator.UserAgent.
+func TestOpenWeightsFineTuneUserAgent(t *testing.T) {
+	ds := generatedCorpus(t, 12, 3, 4, 4)
+	ctx := context.Background()
+	root := filepath.Join(t.TempDir(), "registry")
+	importQwen(t, root, "user-agent", ds)
+
+	cfg := tinySFTConfig(t, RoleUser)
+	cfg.Registry, cfg.Parent, cfg.Steps = root, "v1", 12
+	res, err := TrainSFT(ctx, cfg, ds, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, last := res.Losses[:3], res.Losses[len(res.Losses)-3:]
+	if meanOf(last) > 0.95*meanOf(first) {
+		t.Errorf("losses %v: the last three average %.3f, the first three %.3f; want 5 %% less at least", res.Losses, meanOf(last), meanOf(first))
+	}
+	if !res.Published || res.Version != "v2" {
+		t.Fatalf("published %v as %q; want user-agent/v2", res.Published, res.Version)
+	}
+	t.Logf("user-agent SFT on %d instances: loss %.3f → %.3f, held-out ρ %.2f", res.Instances, res.Losses[0], res.Losses[len(res.Losses)-1], res.After.Rho)
+
+	m, tok, _, err := inference.LoadCheckpoint(filepath.Join(root, "user-agent", "v2"), inference.DefaultBackendConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := tok.TokenID(inference.TokTerminate); !ok {
+		t.Fatal("user-agent/v2 has no [Terminate] token")
+	}
+	eng, err := servingEngine(m, inference.ParleyChatFormat(tok))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := eng.Start()
+	defer stop()
+	ua, err := simulator.NewUserAgent(eng, simulator.DefaultUserAgentConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	answers, err := ua.Step(ctx, 0, []simulator.UserAgentQuery{{Current: simulator.PromptDialogue{Exchanges: ds[0].Exchanges[:1]}}}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := answers[0]; a.PT <= 0 || a.PT >= 1 {
+		t.Errorf("user-agent/v2 answered %+v; want a termination share in (0, 1)", a)
+	}
+	t.Logf("user-agent/v2: P_T %.3f, reply %q", answers[0].PT, answers[0].Reply)
 }
 
 func meanOf(xs []float32) float64 { return sumOf(xs) / float64(len(xs)) }

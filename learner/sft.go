@@ -332,8 +332,10 @@ func TrainSFT(ctx context.Context, cfg SFTConfig, dialogues []schema.Dialogue, l
 // tokenizer and architecture when resuming (the weights come from the
 // checkpoint), else the parent version, else a fresh model with a
 // tokenizer trained on the training dialogues. It saves the tokenizer
-// into the run directory, and the HFFiles of a parent imported from
-// Hugging Face (its chat template among them), which it returns.
+// into the run directory, and the HFFiles of an NPC parent imported from
+// Hugging Face (its chat template among them), which it returns. A
+// user-agent parent imported from Hugging Face gets Parley's tokens
+// (inference.WithParleyTokens) instead.
 func startingModel(ctx context.Context, cfg SFTConfig, runDir string, ckpt *checkpoint, train []schema.Dialogue, logger *slog.Logger) (*inference.Model, *inference.Tokenizer, inference.HFFiles, error) {
 	tokPath := filepath.Join(runDir, inference.TokenizerFile)
 	if ckpt != nil {
@@ -362,6 +364,14 @@ func startingModel(ctx context.Context, cfg SFTConfig, runDir string, ckpt *chec
 		}
 		if hf, err = inference.ReadHFFiles(parent); err != nil {
 			return nil, nil, nil, fmt.Errorf("load parent %s/%s: %w", cfg.Model, cfg.Parent, err)
+		}
+		if cfg.Role == RoleUser {
+			// The user agent's prompts are in Parley's layout: an imported
+			// parent gains its tokens and leaves its chat template behind.
+			if m, tok, err = inference.WithParleyTokens(m, tok); err != nil {
+				return nil, nil, nil, fmt.Errorf("load parent %s/%s: %w", cfg.Model, cfg.Parent, err)
+			}
+			hf = nil
 		}
 	} else {
 		texts := []string{cfg.DefaultCard, cfg.UserAgent.DemoHeader, cfg.UserAgent.CurrentHeader, "[End Risk: 0.00]"}
