@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/parleyhq/parley/inference"
@@ -121,6 +123,21 @@ func TestLoopTwice(t *testing.T) {
 	}
 	md, _ := os.ReadFile(filepath.Join(dir, ResultsMarkdown))
 	t.Logf("loop in %.0f s:\n%s", res.Seconds, md)
+
+	// With more seeds the report pools each round over them.
+	for _, r := range res.Rows {
+		r.Seed = 2
+		res.Rows = append(res.Rows, r)
+	}
+	for _, r := range res.Rounds[:2] {
+		r.Seed = 2
+		res.Rounds = append(res.Rounds, r)
+	}
+	res.Seeds = 2
+	pooled := regexp.MustCompile(`(?m)^\| [12] \| 2 \| [0-9]`) // round, seeds, Avg.L
+	if got := Markdown(res); !strings.Contains(got, "Every seed together") || len(pooled.FindAllString(got, -1)) != 2 {
+		t.Errorf("two seeds' report has no pooled rounds:\n%s", got)
+	}
 }
 
 func readDialogues(t *testing.T, path string) []schema.Dialogue {

@@ -340,6 +340,9 @@ func writeRounds(w io.Writer, res *Results) {
 		fmt.Fprintf(w, "| %d | %d | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 			r.Round, r.Seed, r.UserAgent, refreshed, metrics, tau, pearson, ratio, gate, prev)
 	}
+	if res.Seeds > 1 {
+		writePooledRounds(w, res)
+	}
 	chained := true
 	for i := 1; i < len(res.Rounds); i++ {
 		if r, prev := res.Rounds[i], res.Rounds[i-1]; r.Seed == prev.Seed && r.PolicyStart != prev.PolicyEnd {
@@ -348,4 +351,44 @@ func writeRounds(w io.Writer, res *Results) {
 	}
 	fmt.Fprintf(w, "\nEvery round's RL starts from the previous round's policy (the digest of its weights at the start "+
 		"equals the previous round's at the end): %v.\n\n", chained)
+}
+
+// writePooledRounds renders each round against SFT only over every seed
+// (rl.Compare pairs within each seed and resamples players across them,
+// as the acceptance does) and the mean over seeds of the rest.
+func writePooledRounds(w io.Writer, res *Results) {
+	fmt.Fprintf(w, "\nEvery seed together (paired within each seed, players resampled across seeds; the other columns are means over seeds):\n\n")
+	fmt.Fprintf(w, "| round | seeds | Avg.L | Exp.L | Δ Avg.L vs SFT [CI] | Δ Exp.L vs SFT [CI] | seeds positive | Δ UA Avg.L | Δ UA Exp.L | PPL ratio |\n"+
+		"| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	for n := 1; n <= res.Profile.rounds(); n++ {
+		var arm, base [][]rl.Outcome
+		var avgL, expL, uaL, uaE, ppl []float64
+		positive := 0
+		for _, r := range res.Rounds {
+			if r.Round != n {
+				continue
+			}
+			held, sft := rowOf(res, r.Variant, r.Seed), rowOf(res, VariantSFT, r.Seed)
+			if r.Row != nil {
+				held = r.Row
+			}
+			if held == nil || sft == nil {
+				continue
+			}
+			arm, base = append(arm, held.HeldOut), append(base, sft.HeldOut)
+			avgL, expL, ppl = append(avgL, r.AvgL), append(expL, r.ExpL), append(ppl, r.PPLRatio)
+			uaL, uaE = append(uaL, r.UserAgentDelta.DeltaAvgL), append(uaE, r.UserAgentDelta.DeltaExpL)
+			if r.Players.DeltaAvgL > 0 {
+				positive++
+			}
+		}
+		c, err := rl.Compare(arm, base, res.Profile.EvalDepth, rl.DefaultBootstrapConfig())
+		if err != nil {
+			continue
+		}
+		mean := func(xs []float64) float64 { m, _ := rl.MeanStd(xs); return m }
+		fmt.Fprintf(w, "| %d | %d | %s | %s | %+.3f [%+.3f, %+.3f] | %+.3f [%+.3f, %+.3f] | %d/%d | %+.3f | %+.3f | %.3f |\n",
+			n, len(arm), pm(avgL, 2), pm(expL, 2), c.DeltaAvgL, c.CILow, c.CIHigh, c.DeltaExpL, c.ExpCILow, c.ExpCIHigh,
+			positive, len(arm), mean(uaL), mean(uaE), mean(ppl))
+	}
 }
