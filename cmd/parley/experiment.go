@@ -52,5 +52,6 @@ SFT only on the same held-out openings (results.json "rounds", a table in result
 	f.StringSliceVar(&cfg.Only, "only", cfg.Only, "run only these variants (by name)")
 	f.StringVar(&cfg.TrainOn, "train-on", cfg.TrainOn, `RL environment: "user-agent" (the method) or "players" (oracle diagnostic)`)
 	f.IntVar(&cfg.Rounds, "rounds", 1, "RL rounds of the loop: after each, the policy (AT-GRPO) plays the players, the user agent is refreshed on those dialogues and RL runs again from the policy; 1 is no loop")
+	f.BoolVar(&cfg.KeepUserAgent, "keep-user-agent", false, "the loop's control: later rounds train against the bootstrap user agent, without playing or refreshing")
 	return cmd
 }

@@ -54,6 +54,9 @@ type Config struct {
 	// (Profile.Loop, DefaultLoop when the profile has none); 1 is no loop.
 	// Zero keeps the profile's.
 	Rounds int `json:"rounds,omitempty"`
+	// KeepUserAgent runs the loop's control (Loop.KeepUserAgent): later
+	// rounds against the bootstrap user agent, without refreshes.
+	KeepUserAgent bool `json:"keep_user_agent,omitempty"`
 	// Progress, when set, receives the progress of the SFT runs (loss,
 	// tokens/s, ETA) and of the rows (count, rate, ETA): bars on a
 	// terminal, a line every few seconds otherwise.
@@ -114,6 +117,11 @@ func (c Config) profile() (Profile, error) {
 	case c.Rounds > 1:
 		l := *prof.Loop
 		l.Rounds = c.Rounds
+		prof.Loop = &l
+	}
+	if c.KeepUserAgent && prof.Loop != nil {
+		l := *prof.Loop
+		l.KeepUserAgent = true
 		prof.Loop = &l
 	}
 	return prof, nil

@@ -149,18 +149,23 @@ func (e *env) loop(ctx context.Context, res *Results, name string, seed int, don
 	data := slices.Clip(e.corpus.train)
 	for r := 2; r <= e.prof.rounds(); r++ {
 		began := time.Now()
-		played, err := e.play(ctx, policy, r, seed)
-		if err != nil {
-			return err
+		next, nextVersion, prev := ua, uaVersion, (*simulator.UserAgent)(nil)
+		var ref *Refresh
+		if !e.prof.Loop.KeepUserAgent {
+			played, err := e.play(ctx, policy, r, seed)
+			if err != nil {
+				return err
+			}
+			refreshed, f, stop, err := e.refresh(ctx, r, seed, uaVersion, data, played)
+			if err != nil {
+				return err
+			}
+			defer stop()
+			data = append(data, played...)
+			f.Policy = filepath.Base(policy)
+			next, nextVersion, prev, ref = refreshed, loopVersion(r, seed), ua, f
 		}
-		next, ref, stop, err := e.refresh(ctx, r, seed, uaVersion, data, played)
-		if err != nil {
-			return err
-		}
-		defer stop()
-		data = append(data, played...)
-		ref.Policy = filepath.Base(policy)
-		gate, before, err := e.refereeGate(ctx, policy, ua, next)
+		gate, before, err := e.refereeGate(ctx, policy, prev, next)
 		if err != nil {
 			return err
 		}
@@ -173,7 +178,7 @@ func (e *env) loop(ctx context.Context, res *Results, name string, seed int, don
 		if err != nil {
 			return fmt.Errorf("loop round %d: %w", r, err)
 		}
-		ua, uaVersion, policy = next, loopVersion(r, seed), a.save
+		ua, uaVersion, policy = next, nextVersion, a.save
 		round := Round{Round: r, Seed: seed, Variant: name, UserAgent: uaVersion, Refresh: ref, Referee: gate, RefereeBefore: before, Row: &row}
 		if err := e.summarize(&round, &row, sft, sftUA.Outcomes); err != nil {
 			return err

@@ -140,6 +140,29 @@ func TestLoopTwice(t *testing.T) {
 	}
 }
 
+// TestLoopControlKeepsUserAgent runs the loop's control: round 2 starts
+// from round 1's policy against the same, bootstrap, user agent.
+func TestLoopControlKeepsUserAgent(t *testing.T) {
+	dir := t.TempDir()
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	p := loopProfile()
+	res, err := Run(context.Background(), Config{Seeds: 1, OutDir: dir, Override: &p, KeepUserAgent: true}, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Rounds) != 2 || !res.Profile.Loop.KeepUserAgent {
+		t.Fatalf("%d rounds, loop %+v; want 2 of the control", len(res.Rounds), res.Profile.Loop)
+	}
+	r1, r2 := res.Rounds[0], res.Rounds[1]
+	if r2.UserAgent != bootstrapUserAgent || r2.Refresh != nil || r2.RefereeBefore != nil || r2.Referee == nil {
+		t.Errorf("round 2 against %q, refresh %+v, previous gate %v, gate %v; want the bootstrap agent, no refresh, a gate",
+			r2.UserAgent, r2.Refresh, r2.RefereeBefore, r2.Referee)
+	}
+	if r2.PolicyStart != r1.PolicyEnd {
+		t.Errorf("round 2 starts from weights %q, round 1 ended with %q; want the same", r2.PolicyStart, r1.PolicyEnd)
+	}
+}
+
 func readDialogues(t *testing.T, path string) []schema.Dialogue {
 	t.Helper()
 	f, err := os.Open(path)

@@ -85,6 +85,10 @@ type Loop struct {
 	// does) on the old and the new dialogues.
 	RefreshSteps int     `json:"refresh_steps"`
 	RefreshLR    float64 `json:"refresh_lr"`
+	// KeepUserAgent is the loop's control: later rounds train against the
+	// bootstrap user agent (no play, no refresh), so that a round's gain
+	// can be told from the refresh's.
+	KeepUserAgent bool `json:"keep_user_agent,omitempty"`
 }
 
 // DefaultLoop is a loop of rounds for p: the policy plays as many dialogues

@@ -300,14 +300,20 @@ func writeRounds(w io.Writer, res *Results) {
 		return
 	}
 	fmt.Fprintf(w, "## The loop: RL, refresh the user agent, RL again\n\n")
-	fmt.Fprintf(w, "%d rounds of %s. Before each later round the previous round's policy plays %d dialogues with every training "+
-		"player (as the bootstrap's scripted NPCs did), the user agent is fine-tuned from its previous version on the dialogues "+
-		"it was trained on plus the new ones (learner.TrainSFT, %d steps at lr %g), its referee gate is measured with the "+
-		"previous round's policy writing the siblings, and RL starts again from that policy against the refreshed agent. "+
-		"Every round is evaluated on the same %d held-out openings as SFT only, paired; %.0f %% intervals from %d bootstrap "+
+	fmt.Fprintf(w, "%d rounds of %s. ", l.Rounds, res.Rounds[0].Variant)
+	if l.KeepUserAgent {
+		fmt.Fprintf(w, "The loop's control: every round trains against the bootstrap user agent (no play, no refresh), "+
+			"its referee gate measured again with the previous round's policy writing the siblings, RL starting again from that policy. ")
+	} else {
+		fmt.Fprintf(w, "Before each later round the previous round's policy plays %d dialogues with every training "+
+			"player (as the bootstrap's scripted NPCs did), the user agent is fine-tuned from its previous version on the dialogues "+
+			"it was trained on plus the new ones (learner.TrainSFT, %d steps at lr %g), its referee gate is measured with the "+
+			"previous round's policy writing the siblings, and RL starts again from that policy against the refreshed agent. ",
+			l.DialoguesPerPlayer, l.RefreshSteps, l.RefreshLR)
+	}
+	fmt.Fprintf(w, "Every round is evaluated on the same %d held-out openings as SFT only, paired; %.0f %% intervals from %d bootstrap "+
 		"resamples of the players. The UA columns use the round's user agent, SFT only's UA Avg.L measured with it too.\n\n",
-		l.Rounds, res.Rounds[0].Variant, l.DialoguesPerPlayer, l.RefreshSteps, l.RefreshLR, res.Profile.EvalPrompts,
-		100*rl.DefaultBootstrapConfig().Level, rl.DefaultBootstrapConfig().Resamples)
+		res.Profile.EvalPrompts, 100*rl.DefaultBootstrapConfig().Level, rl.DefaultBootstrapConfig().Resamples)
 	fmt.Fprintf(w, "| round | seed | user agent | Avg.L | Exp.L | Δ Avg.L vs SFT [CI] | Δ Exp.L vs SFT [CI] | UA Avg.L SFT → policy | "+
 		"Δ UA Avg.L [CI] | Δ UA Exp.L [CI] | PPL (× SFT) | s |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, r := range res.Rounds {
