@@ -121,6 +121,9 @@ func loadVersion(t *testing.T, dir string) (*inference.Model, *inference.ChatFor
 // falls, and the published npc/v2 carries the chat template, reloads with
 // the trained weights and answers through the template as the import did.
 func TestOpenWeightsFineTuneSFT(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fine-tunes a model: skipped in -short")
+	}
 	ds := generatedCorpus(t, 12, 3, 4, 1)
 	ctx := context.Background()
 	root := filepath.Join(t.TempDir(), "registry")
@@ -239,6 +242,9 @@ func TestOpenWeightsFineTuneMask(t *testing.T) {
 // stops at <|im_end|>, and the update (GoMLX's graph) moves each sampled
 // turn's log-prob with its advantage's sign.
 func TestOpenWeightsFineTuneGRPOStep(t *testing.T) {
+	if testing.Short() {
+		t.Skip("samples and updates a model: skipped in -short")
+	}
 	ds := generatedCorpus(t, 4, 1, 3, 3)
 	root := filepath.Join(t.TempDir(), "registry")
 	importQwen(t, root, "npc", ds)
@@ -314,6 +320,9 @@ func servingEngine(m *inference.Model, chat *inference.ChatFormat) (*inference.E
 // it Parley's decision tokens, the loss falls, and the published
 // user-agent/v2 judges NPC turns and replies as simulator.UserAgent.
 func TestOpenWeightsFineTuneUserAgent(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fine-tunes a model: skipped in -short")
+	}
 	ds := generatedCorpus(t, 12, 3, 4, 4)
 	ctx := context.Background()
 	root := filepath.Join(t.TempDir(), "registry")
