@@ -42,6 +42,14 @@ func (m *cpuMatrix) mulBF16(y, x []float32, n, o0, o1 int, add bool) {
 func matmulRowsBF16(y, x []float32, w []uint16, n, in, out, o0 int, add bool) {
 	const bBlock = 32
 	r := len(w) / in
+	if n == 1 {
+		yr := y[o0 : o0+r]
+		if !add {
+			clear(yr)
+		}
+		bf16Gemv(w, x[:in], in, yr)
+		return
+	}
 	var s [16]float32
 	for b0 := 0; b0 < n; b0 += bBlock {
 		b1 := min(b0+bBlock, n)
@@ -73,6 +81,23 @@ func matmulRowsBF16(y, x []float32, w []uint16, n, in, out, o0 int, add bool) {
 				}
 			}
 		}
+	}
+}
+
+// bf16GemvRows adds to y[r] the dot product of bfloat16 row r of w
+// [len(y), in] with x [in], four rows at a time.
+func bf16GemvRows(w []uint16, x []float32, in int, y []float32) {
+	r := 0
+	var s [4]float32
+	for ; r+4 <= len(y); r += 4 {
+		bf16Dot4x1(w[r*in:(r+4)*in], x, in, &s)
+		y[r] += s[0]
+		y[r+1] += s[1]
+		y[r+2] += s[2]
+		y[r+3] += s[3]
+	}
+	for ; r < len(y); r++ {
+		y[r] += bf16Dot(w[r*in:(r+1)*in], x)
 	}
 }
 

@@ -21,6 +21,13 @@ func bf16Dot4x4AVX512(w *uint16, x *float32, ld, n int, s *[16]float32)
 //go:noescape
 func bf16Dot4x1AVX512(w *uint16, x *float32, ld, n int, s *[4]float32)
 
+// bf16GemvAVX512 adds to y[r] the dot product of bfloat16 row r of w with
+// x over the first n elements for rows rows ld elements apart, n a positive
+// multiple of 16 (cpudecode_bf16_amd64.s).
+//
+//go:noescape
+func bf16GemvAVX512(w *uint16, x *float32, ld, n, rows int, y *float32)
+
 // bf16Dot4x2AVX sets s[r] and s[4+r] to the dot products of bfloat16 row
 // r of w (rows ld elements apart) with x0 and x1 over the first n
 // elements, n a positive multiple of 8, with AVX2 FMA.
@@ -73,5 +80,23 @@ func bf16Dot4x1(w []uint16, x []float32, in int, s *[4]float32) {
 		}
 	default:
 		bf16Dot4x1Go(w, x, in, s)
+	}
+}
+
+// bf16Gemv adds to y[r] the dot product of bfloat16 row r of w [len(y),
+// in] with x [in], accumulated in float32: one row after the other with
+// AVX-512 while decodeWide allows it, else four rows at a time.
+func bf16Gemv(w []uint16, x []float32, in int, y []float32) {
+	if !hasBF16AVX512 || !decodeWide || in < 16 || len(y) == 0 {
+		bf16GemvRows(w, x, in, y)
+		return
+	}
+	k := in &^ 15
+	_, _ = w[len(y)*in-1], x[in-1]
+	bf16GemvAVX512(&w[0], &x[0], in, k, len(y), &y[0])
+	if k < in {
+		for r := range y {
+			y[r] += bf16Dot(w[r*in+k:(r+1)*in], x[k:in])
+		}
 	}
 }

@@ -11,7 +11,9 @@
 // s[4i+r] = Σ_{k<n} w[r][k]·x[i][k] for four bfloat16 rows of w and four
 // float32 rows of x (both ld elements apart), n a positive multiple of 16:
 // sixteen 16-wide accumulators, four widened weight vectors and four input
-// vectors per 16 elements, then a horizontal sum.
+// vectors per 16 elements, then a horizontal sum. The four rows are short
+// streams the hardware prefetcher is slow to follow, so the loop prefetches
+// the next four rows (contiguous when ld is the row length) as it goes.
 TEXT ·bf16Dot4x4AVX512(SB), NOSPLIT, $0-40
 	MOVQ w+0(FP), R8
 	MOVQ x+8(FP), SI
@@ -24,6 +26,7 @@ TEXT ·bf16Dot4x4AVX512(SB), NOSPLIT, $0-40
 	ADDQ BX, R9          // w row 3
 	LEAQ (SI)(DI*2), DX
 	ADDQ DI, DX          // x row 3
+	LEAQ (R8)(BX*4), R10 // the next four rows, prefetched as these are read
 	SHRQ $4, CX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -71,6 +74,9 @@ b44loop:
 	VFMADD231PS Z23, Z17, Z13
 	VFMADD231PS Z23, Z18, Z14
 	VFMADD231PS Z23, Z19, Z15
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ $128, R10
 	ADDQ $32, R8
 	ADDQ $32, R9
 	ADDQ $64, SI
@@ -304,5 +310,86 @@ b42loop:
 	VEXTRACTF128 $1, Y4, X9
 	VADDPS X9, X4, X4
 	VMOVUPS X4, 16(AX)
+	VZEROUPPER
+	RET
+
+// func bf16GemvAVX512(w *uint16, x *float32, ld, n, rows int, y *float32)
+//
+// y[r] += Σ_{k<n} w[r][k]·x[k] for rows bfloat16 rows of w (ld elements
+// apart), n a positive multiple of 16: the single-token decode step, bound
+// by reading the weights, so one row after the other in a single
+// sequential stream the hardware prefetcher follows, 64 elements per
+// iteration into four accumulators.
+TEXT ·bf16GemvAVX512(SB), NOSPLIT, $0-48
+	MOVQ w+0(FP), R8
+	MOVQ x+8(FP), SI
+	MOVQ ld+16(FP), BX
+	MOVQ n+24(FP), CX
+	MOVQ rows+32(FP), DX
+	MOVQ y+40(FP), DI
+	SHLQ $1, BX
+	SHRQ $4, CX          // 16-element vectors per row
+	MOVQ CX, R11
+	ANDQ $3, R11         // left over after groups of four
+
+gvrow:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	MOVQ R8, R9
+	MOVQ SI, R10
+	MOVQ CX, AX
+	SHRQ $2, AX
+	JZ   gvone
+
+gvquad:
+	VPMOVZXWD (R9), Z16
+	VPMOVZXWD 32(R9), Z17
+	VPMOVZXWD 64(R9), Z18
+	VPMOVZXWD 96(R9), Z19
+	VPSLLD $16, Z16, Z16
+	VPSLLD $16, Z17, Z17
+	VPSLLD $16, Z18, Z18
+	VPSLLD $16, Z19, Z19
+	VFMADD231PS (R10), Z16, Z0
+	VFMADD231PS 64(R10), Z17, Z1
+	VFMADD231PS 128(R10), Z18, Z2
+	VFMADD231PS 192(R10), Z19, Z3
+	ADDQ $128, R9
+	ADDQ $256, R10
+	DECQ AX
+	JNZ  gvquad
+
+gvone:
+	MOVQ R11, AX
+	TESTQ AX, AX
+	JZ   gvsum
+
+gvoneloop:
+	VPMOVZXWD (R9), Z16
+	VPSLLD $16, Z16, Z16
+	VFMADD231PS (R10), Z16, Z0
+	ADDQ $32, R9
+	ADDQ $64, R10
+	DECQ AX
+	JNZ  gvoneloop
+
+gvsum:
+	VADDPS Z1, Z0, Z0
+	VADDPS Z3, Z2, Z2
+	VADDPS Z2, Z0, Z0
+	VEXTRACTF64X4 $1, Z0, Y1
+	VADDPS Y1, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VADDSS (DI), X0, X0
+	VMOVSS X0, (DI)
+	ADDQ BX, R8
+	ADDQ $4, DI
+	DECQ DX
+	JNZ  gvrow
 	VZEROUPPER
 	RET

@@ -133,11 +133,13 @@ func rememberBF16Checkpoint(m *Model, dir string, w *hfWeights) error {
 }
 
 // SetDecodeWeights chooses the precision of the CPU decoders that read m's
-// weights from now on (an engine created afterwards). DecodeWeightsBF16
+// weights from now on (an engine created afterwards): DecodeWeightsAuto
+// ("auto" too), DecodeWeightsF32 or DecodeWeightsBF16. DecodeWeightsBF16
 // needs a model loaded from a bfloat16 checkpoint, and applies while its
 // weights are the ones loaded.
 func (m *Model) SetDecodeWeights(w DecodeWeights) error {
-	if _, err := ParseDecodeWeights(string(w)); err != nil {
+	w, err := ParseDecodeWeights(string(w))
+	if err != nil {
 		return err
 	}
 	c := bf16CheckpointOf(m)
