@@ -17,8 +17,8 @@ import (
 // InferenceConfig configures RunInference.
 type InferenceConfig struct {
 	// Checkpoint, when set, benchmarks the model of that registry version;
-	// HFModel, a Hugging Face checkpoint directory (inference.OpenHFModel,
-	// weights converted to float32 at load); otherwise a randomly
+	// HFModel, a Hugging Face checkpoint directory (inference.OpenHFModel);
+	// otherwise a randomly
 	// initialised model of Model is used.
 	Checkpoint string                  `json:"checkpoint,omitempty"`
 	HFModel    string                  `json:"hf_model,omitempty"`
@@ -46,6 +46,10 @@ type InferenceConfig struct {
 	// MinDecodeSeconds is how long each decode measurement is repeated
 	// for, at least (one generation per request whatever it is).
 	MinDecodeSeconds float64 `json:"min_decode_seconds"`
+	// DecodeWeights is the precision the CPU decoder holds the matrices in
+	// (inference.Model.SetDecodeWeights; "" lets a bf16 checkpoint decode
+	// in bf16).
+	DecodeWeights inference.DecodeWeights `json:"decode_weights,omitempty"`
 	// Decoders are the engine decoders measured in turn (EngineConfig.Decoder
 	// values); the first gives the report's headline figures. Empty means
 	// the model's default decoder only.
@@ -98,6 +102,9 @@ func (c InferenceConfig) Validate() error {
 			return fmt.Errorf("bench config: batch %d must be positive", b)
 		}
 	}
+	if _, err := inference.ParseDecodeWeights(string(c.DecodeWeights)); err != nil {
+		return fmt.Errorf("bench config: %w", err)
+	}
 	for _, d := range c.Decoders {
 		if err := (inference.EngineConfig{MaxBatch: 1, ScoreBatch: 1, Decoder: d}).Validate(); err != nil || d == "" {
 			return fmt.Errorf("bench config: decoder %q: want %q or %q", d, inference.DecoderCPU, inference.DecoderGoMLX)
@@ -123,6 +130,9 @@ type InferenceReport struct {
 	// DecodeKernels is the instruction set of the CPU decoder's kernels
 	// on this machine (inference.DecodeKernels: avx512, avx2 or go).
 	DecodeKernels string `json:"decode_kernels"`
+	// DecodeWeights is the precision the CPU decoder held the matrices in
+	// (inference.Model.DecodeWeights: bf16 or f32).
+	DecodeWeights inference.DecodeWeights `json:"decode_weights"`
 
 	PromptTokens int `json:"prompt_tokens"`
 	DecodeTokens int `json:"decode_tokens"`
@@ -223,6 +233,13 @@ func RunInference(ctx context.Context, cfg InferenceConfig, w io.Writer) (Infere
 			tok, err = inference.TrainTokenizer([]string{"bench"}, 300)
 		}
 	}
+	if err == nil {
+		err = m.SetDecodeWeights(cfg.DecodeWeights)
+	}
+	if err != nil {
+		return InferenceReport{}, fmt.Errorf("bench: %w", err)
+	}
+	decodeWeights, err := m.DecodeWeights()
 	if err != nil {
 		return InferenceReport{}, fmt.Errorf("bench: %w", err)
 	}
@@ -233,7 +250,7 @@ func RunInference(ctx context.Context, cfg InferenceConfig, w io.Writer) (Infere
 	rep := InferenceReport{
 		Model: mc, Params: mc.Params(), Backend: m.BackendConfig().Name, GOMAXPROCS: runtime.GOMAXPROCS(0),
 		SgemmFLOPS: cfg.SgemmFLOPS, CeilingSource: "given", PromptTokens: cfg.PromptTokens, DecodeTokens: cfg.DecodeTokens,
-		DecodeKernels: inference.DecodeKernels(),
+		DecodeKernels: inference.DecodeKernels(), DecodeWeights: decodeWeights,
 	}
 	if cfg.SgemmFLOPS == 0 {
 		if cfg.SgemmFLOPS, rep.CeilingSource, err = MeasureCeiling(ctx, cfg.CeilingTool); err != nil {
@@ -463,8 +480,8 @@ func printInference(w io.Writer, r InferenceReport) {
 	c := r.Model
 	fmt.Fprintf(w, "model: %d params (vocab %d, d%d, %d layers, %d heads, ffn %d), backend %s, GOMAXPROCS %d\n",
 		r.Params, c.VocabSize, c.Dim, c.Layers, c.Heads, c.FFNDim, r.Backend, r.GOMAXPROCS)
-	fmt.Fprintf(w, "prompt %d tokens, decode %d tokens per sequence; sgemm ceiling %.0f GFLOP/s (%s); decoder %s (CPU kernels %s)\n\n",
-		r.PromptTokens, r.DecodeTokens, r.SgemmFLOPS/1e9, r.CeilingSource, r.Decoder, r.DecodeKernels)
+	fmt.Fprintf(w, "prompt %d tokens, decode %d tokens per sequence; sgemm ceiling %.0f GFLOP/s (%s); decoder %s (CPU kernels %s, weights %s)\n\n",
+		r.PromptTokens, r.DecodeTokens, r.SgemmFLOPS/1e9, r.CeilingSource, r.Decoder, r.DecodeKernels, r.DecodeWeights)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "measure\ttokens/s\tms/step\tTTFT ms\tGFLOP/s\tof sgemm\t")
 	fmt.Fprintf(tw, "prefill\t%.0f\t%.1f\t%.1f\t%.2f\t%.2f%%\t\n", r.PrefillTokensPerSec, r.TTFTMillis, r.TTFTMillis, r.PrefillFLOPS/1e9, 100*r.PrefillFraction)
