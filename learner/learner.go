@@ -166,7 +166,8 @@ func EvalOptionsFrom(c SFTConfig) EvalOptions {
 }
 
 // EvaluateModel loads the registry version in dir (checksums verified) and
-// measures it as opts.Role on the held-out players of dialogues.
+// measures it as opts.Role on the held-out players of dialogues, prompted
+// in its chat format (an imported model's template).
 func EvaluateModel(ctx context.Context, dir string, dialogues []schema.Dialogue, opts EvalOptions, logger *slog.Logger) (Metrics, error) {
 	if err := opts.Role.Validate(); err != nil {
 		return Metrics{}, err
@@ -181,12 +182,16 @@ func EvaluateModel(ctx context.Context, dir string, dialogues []schema.Dialogue,
 	if err != nil {
 		return Metrics{}, err
 	}
+	chat, err := inference.LoadChatFormat(dir, tok)
+	if err != nil {
+		return Metrics{}, err
+	}
 	train, heldOut := splitPlayers(dialogues, opts.HeldOutShare, opts.Seed)
 	if len(heldOut) == 0 {
 		return Metrics{}, fmt.Errorf("evaluate %q: no held-out players: %w", dir, errNoData)
 	}
 	ev := evaluator{role: opts.Role, cfg: opts.Eval, ua: opts.UserAgent,
-		prompt: npcPrompt{cards: opts.NPCCards, defaultCard: opts.DefaultCard},
+		prompt: npcPrompt{cards: opts.NPCCards, defaultCard: opts.DefaultCard, chat: chat},
 		risks:  trainingRisks(train, opts.MaxTurns), logger: logger}
 	return ev.evaluate(ctx, m, tok, heldOut, byPlayer(heldOut))
 }

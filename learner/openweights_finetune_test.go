@@ -172,6 +172,15 @@ func TestOpenWeightsFineTuneSFT(t *testing.T) {
 		t.Errorf("npc/v2 logits differ from the trained model's by %g", d)
 	}
 
+	// `parley eval` measures the published version in its template, as the run did.
+	met, err := EvaluateModel(ctx, filepath.Join(root, "npc", "v2"), ds, EvalOptionsFrom(cfg), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if met.PPL != res.After.PPL {
+		t.Errorf("EvaluateModel of npc/v2: PPL %g; the run measured %g", met.PPL, res.After.PPL)
+	}
+
 	eng, err := servingEngine(v2, v2Chat)
 	if err != nil {
 		t.Fatal(err)

@@ -201,9 +201,6 @@ type SFTResult struct {
 	// on using it.
 	TrainedModel *inference.Model     `json:"-"`
 	Tokenizer    *inference.Tokenizer `json:"-"`
-	// Chat is the trained model's chat format: an imported model's
-	// template, else Parley's layout.
-	Chat *inference.ChatFormat `json:"-"`
 }
 
 // TrainSFT fine-tunes the configured agent on dialogues (DESIGN.md §5):
@@ -284,7 +281,7 @@ func TrainSFT(ctx context.Context, cfg SFTConfig, dialogues []schema.Dialogue, l
 		return nil, fmt.Errorf("train sft: evaluate the trained model: %w", err)
 	}
 	logger.Info("sft: trained model evaluated", "role", cfg.Role, "ppl", res.After.PPL, "rho", res.After.Rho, "term_log_loss", res.After.TermLogLoss)
-	res.TrainedModel, res.Tokenizer, res.Chat = m, tok, chat
+	res.TrainedModel, res.Tokenizer = m, tok
 
 	publish := cfg.Registry != ""
 	if cfg.Gate != nil {
