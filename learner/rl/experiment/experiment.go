@@ -279,6 +279,9 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) (*Results, error)
 	if err != nil {
 		return nil, err
 	}
+	if e.ua, err = e.calibrate(ctx, e.npcDir, e.ua); err != nil {
+		return nil, err
+	}
 	probes, err := e.probe(ctx)
 	if err != nil {
 		return nil, err

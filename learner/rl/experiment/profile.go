@@ -60,6 +60,10 @@ type Profile struct {
 	// groups of the SFT policy's turns on held-out openings, judged by the
 	// user agent against the players' hidden hazard.
 	Referee rl.RefereeConfig `json:"referee"`
+	// CalibrationSessions sessions of the SFT policy with the training
+	// personas are logged before any RL, and the user agent's logit
+	// calibration is fitted on who quit when in them (0: none).
+	CalibrationSessions int `json:"calibration_sessions,omitempty"`
 	// Fidelity adds AT-GRPO trained on the ground-truth players (an oracle
 	// user agent) to a run against the user agent, for the acceptance's
 	// fidelity: the user agent's gain against the players'.
@@ -110,6 +114,8 @@ func (p Profile) rounds() int {
 // Validate reports the first bad field.
 func (p Profile) Validate() error {
 	switch {
+	case p.CalibrationSessions < 0:
+		return fmt.Errorf("profile %q: calibration sessions %d must not be negative", p.Name, p.CalibrationSessions)
 	case p.Players < 4 || p.DialoguesPerPlayer < 3 || p.MaxTurns < 1:
 		return fmt.Errorf("profile %q: players %d (≥4), dialogues per player %d (≥3: two demos and a target), max turns %d",
 			p.Name, p.Players, p.DialoguesPerPlayer, p.MaxTurns)
@@ -195,6 +201,7 @@ func SmallProfile() Profile {
 	p.UserAgentTokens, p.UserAgentMaxSeq = 16, 320
 	p.EvalPrompts, p.EvalDepth, p.CurvePrompts, p.CurveEvery = 48, 6, 8, 2
 	p.Referee = referee(rl.DefaultRefereeConfig(), 6)
+	p.CalibrationSessions = 400
 	return p
 }
 
@@ -234,6 +241,7 @@ func TinyProfile() Profile {
 	p.Ablations = true
 	p.Fidelity = true
 	p.Referee = rl.RefereeConfig{Groups: 8, Siblings: 3, MaxContext: 1, Dialogues: 6, Depth: 3, Resamples: 100, Parallel: 2, Seed: 1}
+	p.CalibrationSessions = 24
 	return p
 }
 
