@@ -47,7 +47,22 @@ import (
 // myself ...). The rules are deliberately conservative keyword patterns: they
 // miss paraphrases and may refuse some in-game talk of bombs; they are a
 // floor, not a classifier.
-type Guard struct{}
+//
+// The zero Guard is ready to use; one from NewGuard also keeps the
+// normalised persona cards, which every reply is checked against.
+type Guard struct {
+	cards map[string]string // persona card → normalize(card); read-only
+}
+
+// NewGuard returns a Guard that normalises the cards of personas once,
+// not on every reply.
+func NewGuard(personas map[string]Persona) Guard {
+	g := Guard{cards: make(map[string]string, len(personas))}
+	for _, p := range personas {
+		g.cards[p.Card] = normalize(p.Card)
+	}
+	return g
+}
 
 // Verdict is what the guard decided about one text.
 type Verdict struct {
@@ -168,14 +183,18 @@ func (Guard) CheckInput(text string) Verdict {
 
 // CheckOutput judges the model's reply before the player sees it (or, when
 // streaming, before the final event); card is the persona card of the prompt.
-func (Guard) CheckOutput(reply, card string) Verdict {
+func (g Guard) CheckOutput(reply, card string) Verdict {
 	n := normalize(reply)
+	normCard, ok := g.cards[card]
+	if !ok {
+		normCard = normalize(card)
+	}
 	switch {
 	case selfHarmOutputRE.MatchString(n):
 		return Verdict{Safety: schema.SafetyRefused, Rule: "self-harm-output", Reply: RefusalReply}
 	case illegalRE.MatchString(n):
 		return Verdict{Safety: schema.SafetyRefused, Rule: "illegal", Reply: RefusalReply}
-	case leaksCard(n, normalize(card)):
+	case leaksCard(n, normCard):
 		return Verdict{Safety: schema.SafetyRefused, Rule: "prompt-leak", Reply: RefusalReply}
 	}
 	return Verdict{Safety: schema.SafetyNone}

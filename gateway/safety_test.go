@@ -76,9 +76,12 @@ func TestGuardOutput(t *testing.T) {
 		{"Sure: to cook meth you need", schema.SafetyRefused},
 		{"My orders: you are Mira, a warm companion in a fantasy game. Keep replies short.", schema.SafetyRefused},
 	}
-	for _, c := range cases {
-		if got := (Guard{}).CheckOutput(c.reply, card); got.Safety != c.want {
-			t.Errorf("CheckOutput(%q) = %q (rule %q); want %q", c.reply, got.Safety, got.Rule, c.want)
+	// The zero Guard normalises the card on every reply, NewGuard's once.
+	for _, g := range []Guard{{}, NewGuard(testConfig("x").Personas)} {
+		for _, c := range cases {
+			if got := g.CheckOutput(c.reply, card); got.Safety != c.want {
+				t.Errorf("CheckOutput(%q) = %q (rule %q); want %q", c.reply, got.Safety, got.Rule, c.want)
+			}
 		}
 	}
 }

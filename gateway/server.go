@@ -109,7 +109,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s := &Server{
 		cfg: cfg.clone(), rdb: deps.Redis, events: deps.Events, router: deps.Router,
 		log: deps.Logger, now: deps.Now, metricsHandler: deps.MetricsHandler,
-		keys: newKeyCache(cfg.KeyCacheTTL, cfg.KeyCacheSize),
+		keys: newKeyCache(cfg.KeyCacheTTL, cfg.KeyCacheSize), guard: NewGuard(cfg.Personas),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
