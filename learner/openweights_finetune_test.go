@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/parleyhq/parley/gateway/modelpool"
 	"github.com/parleyhq/parley/inference"
 	"github.com/parleyhq/parley/inference/registry"
 	"github.com/parleyhq/parley/learner/rl"
@@ -181,12 +182,19 @@ func TestOpenWeightsFineTuneSFT(t *testing.T) {
 		t.Errorf("EvaluateModel of npc/v2: PPL %g; the run measured %g", met.PPL, res.After.PPL)
 	}
 
-	eng, err := servingEngine(v2, v2Chat)
+	// The gateway loads the version as it loaded the import: its template, its stop tokens.
+	pool := modelpool.InferenceFactory(inference.DefaultBackendConfig(), inference.DefaultEngineConfig(), 2, nil)
+	eng, err := pool.Load(ctx, "v2", filepath.Join(root, "npc", "v2"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := eng.Start()
-	defer stop()
+	defer pool.Close(eng)
+	if err := pool.Warmup(ctx, eng); err != nil {
+		t.Fatal(err)
+	}
+	if eng.Chat().Template() == nil || !slices.Equal(eng.Chat().Stop(), v1Chat.Stop()) {
+		t.Fatalf("the gateway serves npc/v2 with stop %v, template %v; want the import's template", eng.Chat().Stop(), eng.Chat().Template() != nil)
+	}
 	s, err := eng.Generate(ctx, inference.Request{Prompt: prompt, MaxTokens: 12, Temperature: 0})
 	if err != nil {
 		t.Fatal(err)
