@@ -35,8 +35,42 @@ func (f *ChatFormat) TurnEnd() int {
 // the dialogue before the turn, with the generation prompt, stops agreeing
 // with the encoding up to and including the turn, and end at the first stop
 // token after that. It fails with ErrTemplateNotPrefix for a template whose
-// rendering of a dialogue does not extend that of its beginning.
+// rendering of a dialogue does not extend that of its beginning. Parley's
+// layout, whose turns encode on their own, takes a shortcut to the same
+// result.
 func (f *ChatFormat) EncodeDialogue(msgs []Message) ([]int, []float32, error) {
+	if f.template == nil {
+		return f.encodeParleyDialogue(msgs)
+	}
+	return f.encodeDialogueByPrefix(msgs)
+}
+
+// encodeParleyDialogue is EncodeDialogue in Parley's layout, turn by turn:
+// each turn is its marker, its text and <|end|>, and an NPC turn's loss
+// covers all but the marker.
+func (f *ChatFormat) encodeParleyDialogue(msgs []Message) ([]int, []float32, error) {
+	var ids []int
+	var weights []float32
+	for _, m := range msgs {
+		turn, err := f.tok.EncodeChat([]Message{m}, false)
+		if err != nil {
+			return nil, nil, fmt.Errorf("encode dialogue: %w", err)
+		}
+		for k := range turn {
+			w := float32(0)
+			if m.Role == RoleNPC && k > 0 {
+				w = 1
+			}
+			weights = append(weights, w)
+		}
+		ids = append(ids, turn...)
+	}
+	return ids, weights, nil
+}
+
+// encodeDialogueByPrefix is EncodeDialogue by comparing the encodings of
+// the dialogue's beginnings.
+func (f *ChatFormat) encodeDialogueByPrefix(msgs []Message) ([]int, []float32, error) {
 	ids, err := f.Encode(msgs, false)
 	if err != nil {
 		return nil, nil, fmt.Errorf("encode dialogue: %w", err)

@@ -106,30 +106,22 @@ func TestOpenWeightsFineTuneDialogueMask(t *testing.T) {
 	}
 }
 
-// TestOpenWeightsFineTuneParleyMaskUnchanged checks that EncodeDialogue on
-// Parley's layout weighs what the learner always did: each NPC message's
+// TestOpenWeightsFineTuneParleyMaskUnchanged checks that EncodeDialogue's
+// shortcut for Parley's layout gives what the general, prefix-comparing
+// way gives, which is what the learner always weighed: each NPC message's
 // EncodeChat ids but its <|npc|> marker.
 func TestOpenWeightsFineTuneParleyMaskUnchanged(t *testing.T) {
-	tok := byteTokenizer(t, tokSpecials()...)
-	var want []float32
-	for _, m := range fineTuneDialogue() {
-		ids, err := tok.EncodeChat([]Message{m}, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for k := range ids {
-			w := float32(0)
-			if m.Role == RoleNPC && k > 0 {
-				w = 1
-			}
-			want = append(want, w)
-		}
-	}
-	_, ws, err := ParleyChatFormat(tok).EncodeDialogue(fineTuneDialogue())
+	f := ParleyChatFormat(byteTokenizer(t, tokSpecials()...))
+	msgs := append(fineTuneDialogue(), Message{Role: RoleNPC, Text: ""}, Message{Role: RoleUser, Text: "<|npc|>"})
+	ids, ws, err := f.EncodeDialogue(msgs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(ws, want) {
-		t.Fatalf("weights %v; want %v", ws, want)
+	wantIDs, wantWs, err := f.encodeDialogueByPrefix(msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(ids, wantIDs) || !slices.Equal(ws, wantWs) {
+		t.Fatalf("ids %v weights %v; the prefix way gives %v, %v", ids, ws, wantIDs, wantWs)
 	}
 }
