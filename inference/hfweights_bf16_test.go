@@ -102,6 +102,10 @@ func TestOpenWeightsDecodesBF16(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Running the GoMLX graph reads the weights without replacing them.
+	if _, err := m.LastLogits([][]int{{1, 2, 3}}); err != nil {
+		t.Fatal(err)
+	}
 	if w, err := m.DecodeWeights(); err != nil || w != DecodeWeightsBF16 {
 		t.Fatalf("DecodeWeights() = %q, %v; want %q", w, err, DecodeWeightsBF16)
 	}
