@@ -104,7 +104,7 @@ func CheckHFCheckpoint(dir string) (ModelConfig, []string, error) {
 		return fail(err)
 	}
 	files := append([]string{ConfigFile, TokenizerFile}, weights...)
-	for _, extra := range []string{"tokenizer_config.json", "chat_template.jinja", "generation_config.json", "special_tokens_map.json"} {
+	for _, extra := range hfChatFileNames {
 		if _, err := os.Stat(filepath.Join(dir, extra)); err == nil {
 			files = append(files, extra)
 		}
