@@ -18,10 +18,10 @@ import (
 // seglog.Log appended to by Publish and read from the oldest end by the
 // drain, which deletes each segment once Kafka has acknowledged all of it.
 // With no commit window records are fsync'd before append returns, and
-// concurrent appends share one fsync (group commit); with one, append
-// returns once the record is written to the segment file and the committer
-// fsyncs everything written within the window. The spool bounds the bytes
-// not yet acknowledged.
+// concurrent appends share one write and one fsync (group commit, see
+// commitGroup); with one, append returns once the record is written to the
+// segment file and the committer fsyncs everything written within the
+// window. The spool bounds the bytes not yet acknowledged.
 //
 // Files in the directory besides the log's segments (and the tails it cuts
 // from damaged ones): cursor (how far the oldest segment is delivered; a
@@ -40,6 +40,13 @@ type spool struct {
 	bytes   int64 // their bytes
 	closed  bool
 	syncErr error // of the committer's last fsync; refuses appends until one succeeds
+
+	// Group commit, without a commit window; guarded by mu.
+	pending    *commitGroup // records waiting for the next write and fsync
+	unwritten  int64        // bytes in pending and in the group being written
+	committing bool         // a leader is writing and fsyncing a group
+	// sync is seg.Sync; tests replace it to fail or hold an fsync.
+	sync func(seq uint64) error
 
 	// The committer, running when window > 0: dirty wakes it after a write,
 	// stopCommit ends it and it closes committed when it returns.
@@ -109,6 +116,7 @@ func openSpool(dir string, segmentBytes, maxBytes int64, window time.Duration, l
 		return nil, rec, err
 	}
 	s.reader = s.seg.NewReader()
+	s.sync = s.seg.Sync
 	if err := s.recover(cursor, hasCursor); err != nil {
 		_ = s.seg.Close()
 		s.unlock()
@@ -190,10 +198,30 @@ func (s *spool) recover(cursor seglog.Pos, hasCursor bool) error {
 	return nil
 }
 
+// commitGroup is the records of the appends that arrived while the previous
+// group was being written and fsync'd (classic group commit): one leader
+// writes them with one write(2) and fsyncs them with one fsync, and every
+// append in the group returns that write's or fsync's error. A lone append
+// finds no group in progress and commits its record at once, so it waits for
+// nothing but its own fsync; under load a group holds every record that
+// arrived during one fsync, so that fsyncs per second stay bounded by the
+// disk's rate and events per fsync grow with the load.
+type commitGroup struct {
+	buf    []byte
+	events int
+	// lead receives one token when the group is the next to commit: the
+	// append that takes it becomes the group's leader.
+	lead chan struct{}
+	// done is closed once the group is durable or failed; err says which.
+	done chan struct{}
+	err  error
+}
+
 // append writes one encoded record and returns once it is on disk: fsync'd
-// without a commit window, written to the segment file (where it outlives
-// the process) with one, the committer fsyncing it within the window (or
-// append itself, when the record filled the segment).
+// without a commit window (by the group commit it joins), written to the
+// segment file (where it outlives the process) with one, the committer
+// fsyncing it within the window (or append itself, when the record filled
+// the segment).
 func (s *spool) append(rec []byte) error {
 	s.mu.Lock()
 	if s.closed {
@@ -205,9 +233,12 @@ func (s *spool) append(rec []byte) error {
 		s.mu.Unlock()
 		return fmt.Errorf("append to spool: the last fsync failed: %w", err)
 	}
-	if s.bytes+int64(len(rec)) > s.maxBytes {
+	if s.bytes+s.unwritten+int64(len(rec)) > s.maxBytes {
 		s.mu.Unlock()
 		return ErrSpoolFull
+	}
+	if s.window == 0 {
+		return s.appendGrouped(rec) // unlocks mu
 	}
 	seq, err := s.seg.Write(rec)
 	if err != nil {
@@ -219,17 +250,76 @@ func (s *spool) append(rec []byte) error {
 	s.mu.Unlock()
 	// A full segment is sealed by the next fsync: that one runs here, so
 	// that a segment outgrows SegmentBytes by no more than without a window.
-	if s.window > 0 && s.seg.End().Offset < s.segmentBytes {
+	if s.seg.End().Offset < s.segmentBytes {
 		select {
 		case s.dirty <- struct{}{}:
 		default:
 		}
 		return nil
 	}
-	if err := s.seg.Sync(seq); err != nil {
+	if err := s.sync(seq); err != nil {
 		return fmt.Errorf("append to spool: %w", err)
 	}
 	return nil
+}
+
+// appendGrouped adds rec to the pending group and returns the group's
+// result. The caller holds mu; appendGrouped unlocks it.
+func (s *spool) appendGrouped(rec []byte) error {
+	g := s.pending
+	if g == nil {
+		g = &commitGroup{lead: make(chan struct{}, 1), done: make(chan struct{})}
+		s.pending = g
+	}
+	g.buf = append(g.buf, rec...)
+	g.events++
+	s.unwritten += int64(len(rec))
+	if s.committing {
+		s.mu.Unlock()
+		select {
+		case <-g.done:
+			return g.err
+		case <-g.lead:
+		}
+		s.mu.Lock()
+	}
+	s.committing = true
+	s.commitPending()
+	return g.err
+}
+
+// commitPending is the leader's work, entered with mu held: it takes the
+// pending group, writes it, fsyncs it, wakes its appends with the result
+// and hands the lead to the group that gathered meanwhile, if any. One
+// leader runs at a time (committing), so groups reach the file, and their
+// fsyncs, in order.
+func (s *spool) commitPending() {
+	g := s.pending
+	s.pending = nil
+	seq, err := s.seg.Write(g.buf)
+	s.unwritten -= int64(len(g.buf))
+	if err == nil {
+		s.events += g.events
+		s.bytes += int64(len(g.buf))
+	}
+	s.mu.Unlock()
+	if err == nil {
+		err = s.sync(seq)
+	}
+	if err != nil {
+		// Every append of the group fails: a failed fsync may have dropped
+		// any of their bytes, and a failed write cut all of them.
+		g.err = fmt.Errorf("append to spool: %w", err)
+	}
+	close(g.done)
+
+	s.mu.Lock()
+	if s.pending == nil {
+		s.committing = false
+	} else {
+		s.pending.lead <- struct{}{}
+	}
+	s.mu.Unlock()
 }
 
 // syncLoop is the committer: after a write it waits out the window, so that
