@@ -9,7 +9,9 @@ import (
 // BenchmarkDecodeStep times one KV-cache decode step of the default model
 // at position 64 of a 128-position cache filled by a prefill of random
 // prompts (the shape of parley bench inference), at several batch sizes,
-// on each decoder: go test -run '^$' -bench DecodeStep ./inference
+// on each decoder, with the process's CPU time per step (both cores'),
+// which a shared machine's load changes far less than the wall clock:
+// go test -run '^$' -bench DecodeStep ./inference
 func BenchmarkDecodeStep(b *testing.B) {
 	bc := DefaultBackendConfig()
 	bc.Options = os.Getenv("BENCH_GO_OPTS")
@@ -42,14 +44,18 @@ func BenchmarkDecodeStep(b *testing.B) {
 				if _, err := dec.step(toks, pos, active); err != nil {
 					b.Fatal(err)
 				}
+				cpu0 := processCPU()
 				b.ResetTimer()
 				for range b.N {
 					if _, err := dec.step(toks, pos, active); err != nil {
 						b.Fatal(err)
 					}
 				}
+				b.StopTimer()
+				cpu := processCPU() - cpu0
 				tps := float64(rows*b.N) / b.Elapsed().Seconds()
 				b.ReportMetric(tps, "tokens/s")
+				b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/step")
 				b.ReportMetric(tps*DefaultModelConfig().FLOPsPerToken(65)/265e9*100, "%sgemm")
 			})
 		}

@@ -40,14 +40,34 @@ type cpuDecoder struct {
 	pool *cpuPool
 
 	rows, length int
-	// k holds, per layer, the rotated keys transposed, [rows, kvHeads,
-	// hd, length], and v the values [rows, kvHeads, length, hd]: both
-	// products of
-	// attention then read whole rows of 32 outputs (scores of 32
-	// positions, 32 dims of the output) per input element (axpy32).
+	// k and v hold, per layer, a slot of cacheSlot(length, hd) floats per
+	// row and KV head. A slot of k holds the rotated keys in tiles of
+	// kvTile positions, each tile transposed, [⌈length/kvTile⌉][hd][kvTile];
+	// a slot of v the values [length, hd]. Both products of attention then
+	// read whole rows of 32 outputs (scores of 32 positions, 32 dims of the
+	// output) per input element (axpy32), and the scores read each tile
+	// as one contiguous block (keys transposed over the whole length put
+	// a head's rows a cache length apart, which the hardware prefetcher
+	// does not follow).
 	k, v [][]float32
 
 	s cpuScratch
+}
+
+// kvTile is the number of positions of a key tile in the cache: one
+// axpy32 per tile computes its 32 scores.
+const kvTile = 32
+
+// cacheSlot is the floats a row's KV head takes in each of the decoder's
+// caches: length positions rounded up to whole key tiles.
+func cacheSlot(length, hd int) int {
+	return (length + kvTile - 1) / kvTile * kvTile * hd
+}
+
+// keyAt is the index in a key slot of position p's dimension 0; dimension
+// i is kvTile floats further per i.
+func keyAt(p, hd int) int {
+	return p/kvTile*kvTile*hd + p%kvTile
 }
 
 // cpuWeights are the model's weights laid out for the CPU decoder.
@@ -75,6 +95,7 @@ type cpuLayer struct {
 type cpuScratch struct {
 	x, hn, qkv, att, gu, act []float32
 	head, logits, out        []float32
+	scores                   []float32 // a row of attention scores per chunk of tokens
 }
 
 func newCPUDecoder(m *Model) *cpuDecoder {
@@ -209,9 +230,13 @@ func (d *cpuDecoder) resize(src []int, rows, length int) error {
 	}
 	c := d.cfg
 	hd, kv := c.HeadDim(), c.KVHeadCount()
-	size := rows * kv * length * hd
+	slot, oldSlot := cacheSlot(length, hd), cacheSlot(d.length, hd)
+	size := rows * kv * slot
 	k, v := make([][]float32, c.Layers), make([][]float32, c.Layers)
 	keep := min(length, d.length)
+	// The key tiles that hold the kept positions, copied whole: the
+	// positions past keep in the last one are never read before written.
+	keepTiles := cacheSlot(keep, hd)
 	for l := range c.Layers {
 		k[l], v[l] = make([]float32, size), make([]float32, size)
 		if d.k == nil {
@@ -222,12 +247,9 @@ func (d *cpuDecoder) resize(src []int, rows, length int) error {
 				continue
 			}
 			for h := range kv {
-				to := (r*kv + h) * length * hd
-				from := (s*kv + h) * d.length * hd
+				to, from := (r*kv+h)*slot, (s*kv+h)*oldSlot
 				copy(v[l][to:to+keep*hd], d.v[l][from:from+keep*hd])
-				for i := range hd {
-					copy(k[l][to+i*length:to+i*length+keep], d.k[l][from+i*d.length:from+i*d.length+keep])
-				}
+				copy(k[l][to:to+keepTiles], d.k[l][from:from+keepTiles])
 			}
 		}
 	}
@@ -409,6 +431,7 @@ func (d *cpuDecoder) forward(toks, rows, pos, sel []int, logits []float32) {
 	Q, KVw, group := H*hd, KV*hd, H/KV
 	W := Q + 2*KVw
 	half := hd / 2
+	slot := cacheSlot(d.length, hd)
 	eps := float32(c.NormEps)
 	w := d.w
 	x := grow(&d.s.x, n*D)
@@ -426,6 +449,8 @@ func (d *cpuDecoder) forward(toks, rows, pos, sel []int, logits []float32) {
 	}
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	tokGrain := max(1, n/16)
+	scoreLen := slot / hd // positions rounded up to whole tiles
+	scores := grow(&d.s.scores, (n+tokGrain-1)/tokGrain*scoreLen)
 	// oneEach: every token is in a row of its own (rows increase), as in
 	// a decode step.
 	oneEach := true
@@ -455,9 +480,10 @@ func (d *cpuDecoder) forward(toks, rows, pos, sel []int, logits []float32) {
 				for h := range KV {
 					kh := t[Q+h*hd : Q+(h+1)*hd]
 					rotate(kh, cs, sn)
-					base := (rows[j]*KV + h) * d.length * hd
+					base := (rows[j]*KV + h) * slot
+					at := base + keyAt(pos[j], hd)
 					for i, x := range kh {
-						kc[base+i*d.length+pos[j]] = x
+						kc[at+i*kvTile] = x
 					}
 					copy(vc[base+pos[j]*hd:base+(pos[j]+1)*hd], t[Q+KVw+h*hd:Q+KVw+(h+1)*hd])
 				}
@@ -465,12 +491,21 @@ func (d *cpuDecoder) forward(toks, rows, pos, sel []int, logits []float32) {
 		}
 		// Causal attention of each token over its row's cache.
 		attend := func(lo, hi int) {
-			scores := make([]float32, (d.length+31)/32*32)
+			// Chunks start at multiples of tokGrain: a row of scores each.
+			scores := scores[lo/tokGrain*scoreLen : (lo/tokGrain+1)*scoreLen]
 			for j := lo; j < hi; j++ {
 				for h := range H {
+					// The keys and values the next head reads, if they
+					// are not this head's, to fetch while this one
+					// computes.
+					var nextK, nextV []float32
+					if nj, nh := j+(h+1)/H, (h+1)%H; nj < hi && nh%group == 0 {
+						nb := (rows[nj]*KV + nh/group) * slot
+						nextK, nextV = kc[nb:nb+slot], vc[nb:nb+slot]
+					}
 					q := qkv[j*W+h*hd : j*W+(h+1)*hd]
-					base := (rows[j]*KV + h/group) * d.length * hd
-					attendRow(att[j*Q+h*hd:j*Q+(h+1)*hd], q, kc[base:], vc[base:], d.length, scores[:pos[j]+1], scale)
+					base := (rows[j]*KV + h/group) * slot
+					attendRow(att[j*Q+h*hd:j*Q+(h+1)*hd], q, kc[base:base+slot], vc[base:base+slot], scores[:pos[j]+1], scale, nextK, nextV)
 				}
 			}
 		}
@@ -507,6 +542,14 @@ func (d *cpuDecoder) forward(toks, rows, pos, sel []int, logits []float32) {
 	d.matmul(logits, hs, &w.head, len(sel), false)
 }
 
+// after returns x[i:], or nil when x is shorter.
+func after(x []float32, i int) []float32 {
+	if i >= len(x) {
+		return nil
+	}
+	return x[i:]
+}
+
 // rotate applies the rotary embedding to one head x [hd] in place:
 // x·cos + rotate_half(x)·sin with rotate_half(x) = [-x₂, x₁].
 func rotate(x, cs, sn []float32) {
@@ -521,11 +564,13 @@ func rotate(x, cs, sn []float32) {
 }
 
 // attendRow writes softmax(q·kᵀ·scale)·v to out for one head over the
-// T = len(scores) first positions of kt, the keys transposed [hd, stride],
-// and v [positions, hd]. scores must have room for T rounded up to 32.
-func attendRow(out, q, kt, v []float32, stride int, scores []float32, scale float32) {
+// T = len(scores) first positions of kt, a slot of keys in transposed
+// tiles [⌈T/kvTile⌉][hd][kvTile], and v [positions, hd]. scores must have
+// room for T rounded up to 32. nextK and nextV, nil or the slots the
+// caller reads next, are fetched into the cache while this computes.
+func attendRow(out, q, kt, v []float32, scores []float32, scale float32, nextK, nextV []float32) {
 	hd := len(q)
-	qkScores(scores, q, kt, stride)
+	qkScores(scores, q, kt, nextK)
 	mx := float32(math.Inf(-1))
 	for _, s := range scores {
 		mx = max(mx, s)
@@ -534,8 +579,9 @@ func attendRow(out, q, kt, v []float32, stride int, scores []float32, scale floa
 	// sum: hd multiplications instead of T.
 	inv := 1 / expAffine(scores, scores, scale, -scale*mx)
 	if hd%32 == 0 {
+		T := len(scores)
 		for i := 0; i < hd; i += 32 {
-			axpy32(out[i:i+32], scores, v[i:], hd)
+			axpy32Ahead(out[i:i+32], scores, v[i:], hd, after(nextV, i*T))
 		}
 	} else {
 		clear(out)

@@ -46,15 +46,21 @@ func dot4x1(w0, w1, w2, w3, x []float32) (s0, s1, s2, s3 float32) {
 //go:noescape
 func axpy32AVX(out, a, b *float32, n, stride int)
 
-// axpy32AVX512 is axpy32AVX with AVX-512 FMA (cpudecode_amd64.s).
+// axpy32AVX512 is axpy32AVX with AVX-512 FMA that also prefetches
+// n·128 bytes from ahead (cpudecode_amd64.s).
 //
 //go:noescape
-func axpy32AVX512(out, a, b *float32, n, stride int)
+func axpy32AVX512(out, a, b *float32, n, stride int, ahead *float32)
 
 // axpy32 sets out[0:32] = Σ_d a[d]·b[d·stride : d·stride+32] over
 // d < len(a), with AVX-512 or AVX2 FMA when the CPU has it (AVX-512 only
 // while decodeWide allows the wide kernels).
-func axpy32(out, a, b []float32, stride int) {
+func axpy32(out, a, b []float32, stride int) { axpy32Ahead(out, a, b, stride, nil) }
+
+// axpy32Ahead is axpy32 that, with AVX-512, also asks for next[:32·len(a)]
+// in the L1 cache while it computes, when next is that long: attention
+// fetches the next head's keys and values while it works on this one's.
+func axpy32Ahead(out, a, b []float32, stride int, next []float32) {
 	n := len(a)
 	if !hasAVX2FMA || n == 0 {
 		axpy32Go(out, a, b, stride)
@@ -63,7 +69,11 @@ func axpy32(out, a, b []float32, stride int) {
 	_ = out[31]
 	_ = b[(n-1)*stride+31]
 	if cpu.X86.HasAVX512F && decodeWide {
-		axpy32AVX512(&out[0], &a[0], &b[0], n, stride)
+		ahead := &b[0] // lines the kernel reads anyway
+		if len(next) >= 32*n {
+			ahead = &next[0]
+		}
+		axpy32AVX512(&out[0], &a[0], &b[0], n, stride, ahead)
 		return
 	}
 	axpy32AVX(&out[0], &a[0], &b[0], n, stride)
@@ -110,16 +120,18 @@ func gemv32(w, x []float32, in, panels int, y []float32) {
 //go:noescape
 func qkScoresAVX512(s, q, kt *float32, hd, stride, t int)
 
-// qkScores sets scores[t] = Σ_d q[d]·kt[d·stride + t] for t <
-// len(scores), kt the keys transposed [len(q), stride]: with AVX-512
-// (while decodeWide allows it) it reads exactly len(scores) keys per
-// dimension, sixteen at a time; otherwise as qkScoresGo.
-func qkScores(scores, q, kt []float32, stride int) {
+// qkScores sets scores[t] = q·k_t for t < len(scores), kt the keys in
+// transposed tiles (keyAt): whole tiles as qkScoresGo, and with AVX-512
+// (while decodeWide allows it) a last partial tile sixteen positions at a
+// time, reading only the positions scored.
+func qkScores(scores, q, kt, next []float32) {
 	hd, T := len(q), len(scores)
-	if !cpu.X86.HasAVX512F || !decodeWide || hd == 0 || T == 0 {
-		qkScoresGo(scores, q, kt, stride)
+	t0 := T / kvTile * kvTile
+	if !cpu.X86.HasAVX512F || !decodeWide || hd == 0 || t0 == T {
+		qkScoresGo(scores, q, kt, next)
 		return
 	}
-	_ = kt[(hd-1)*stride+T-1]
-	qkScoresAVX512(&scores[0], &q[0], &kt[0], hd, stride, T)
+	qkScoresGo(scores[:t0], q, kt, next)
+	_ = kt[t0*hd+(hd-1)*kvTile+T-t0-1]
+	qkScoresAVX512(&scores[t0], &q[0], &kt[t0*hd], hd, kvTile, T-t0)
 }

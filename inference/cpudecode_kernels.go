@@ -390,20 +390,21 @@ func dot(a, b []float32) float32 {
 	return (s0 + s1) + (s2 + s3)
 }
 
-// qkScoresGo sets scores[t] = Σ_d q[d]·kt[d·stride + t] for t <
-// len(scores), kt the keys transposed [len(q), stride]: 32 positions at a
-// time (axpy32) while the cache has them, the rest one by one. scores must
-// have room for len(scores) rounded up to 32.
-func qkScoresGo(scores, q, kt []float32, stride int) {
-	T := len(scores)
-	t0 := 0
-	for ; t0 < T && t0+32 <= stride; t0 += 32 {
-		axpy32(scores[t0:t0+32], q, kt[t0:], stride)
+// qkScoresGo sets scores[t] = q·k_t for t < len(scores), kt the keys in
+// transposed tiles [⌈T/kvTile⌉][len(q)][kvTile] (keyAt): a whole tile per
+// axpy32, the positions of a last partial tile one by one. The tiles of
+// next, nil or the keys read next, at the same places are fetched into
+// the cache meanwhile (axpy32Ahead).
+func qkScoresGo(scores, q, kt, next []float32) {
+	hd, T := len(q), len(scores)
+	t0 := T / kvTile * kvTile
+	for t := 0; t < t0; t += kvTile {
+		axpy32Ahead(scores[t:t+kvTile], q, kt[t*hd:], kvTile, after(next, t*hd))
 	}
 	for t := t0; t < T; t++ {
 		var s float32
 		for i, x := range q {
-			s += x * kt[i*stride+t]
+			s += x * kt[t0*hd+i*kvTile+t-t0]
 		}
 		scores[t] = s
 	}

@@ -15,10 +15,12 @@ func dot4x1(w0, w1, w2, w3, x []float32) (s0, s1, s2, s3 float32) {
 
 func axpy32(out, a, b []float32, stride int) { axpy32Go(out, a, b, stride) }
 
+func axpy32Ahead(out, a, b []float32, stride int, _ []float32) { axpy32Go(out, a, b, stride) }
+
 func gemm6x16(w, x []float32, xstride, in int, y []float32, ystride int) {
 	gemm6x16Go(w, x, xstride, in, y, ystride)
 }
 
 func gemv32(w, x []float32, in, panels int, y []float32) { gemv32Go(w, x, in, panels, y) }
 
-func qkScores(scores, q, kt []float32, stride int) { qkScoresGo(scores, q, kt, stride) }
+func qkScores(scores, q, kt, next []float32) { qkScoresGo(scores, q, kt, next) }

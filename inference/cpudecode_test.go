@@ -174,22 +174,22 @@ func TestGemv32MatchesGo(t *testing.T) {
 	}
 }
 
-// TestQKScoresMatchesNaive covers whole and partial chunks of positions,
-// odd head sizes, and a cache exactly as long as the positions read.
+// TestQKScoresMatchesNaive covers whole and partial tiles of positions,
+// odd head sizes, and a slot exactly as long as the positions read.
 func TestQKScoresMatchesNaive(t *testing.T) {
 	forEachDecodeKernel(t, func(t *testing.T) {
 		rng := rand.New(rand.NewPCG(11, 12))
-		for _, tc := range []struct{ hd, stride, n int }{{1, 1, 1}, {32, 128, 65}, {10, 40, 33}, {7, 16, 16}, {32, 96, 96}, {3, 50, 17}, {5, 200, 190}, {2, 64, 64}, {4, 130, 129}} {
-			q, kt := randSlice(rng, tc.hd), randSlice(rng, tc.hd*tc.stride)
+		for _, tc := range []struct{ hd, length, n int }{{1, 1, 1}, {32, 128, 65}, {10, 40, 33}, {7, 16, 16}, {32, 96, 96}, {3, 50, 17}, {5, 200, 190}, {2, 64, 64}, {4, 130, 129}, {64, 100, 47}} {
+			q, kt := randSlice(rng, tc.hd), randSlice(rng, cacheSlot(tc.length, tc.hd))
 			got := make([]float32, (tc.n+31)/32*32)[:tc.n]
-			qkScores(got, q, kt, tc.stride)
+			qkScores(got, q, kt, nil)
 			for j := range tc.n {
 				var want float32
 				for d, x := range q {
-					want += x * kt[d*tc.stride+j]
+					want += x * kt[keyAt(j, tc.hd)+d*kvTile]
 				}
 				if d := math.Abs(float64(got[j] - want)); d > 1e-4 {
-					t.Fatalf("hd=%d stride=%d n=%d: score %d = %g; want %g", tc.hd, tc.stride, tc.n, j, got[j], want)
+					t.Fatalf("hd=%d length=%d n=%d: score %d = %g; want %g", tc.hd, tc.length, tc.n, j, got[j], want)
 				}
 			}
 		}
