@@ -152,9 +152,9 @@ type EndScorer interface {
 	EndProbabilities(ctx context.Context, step int, turns []Turn) ([]float64, error)
 }
 
-// endProbabilities is env's p for every turn at step 0: its EndScorer's
-// when it has one, else the P of its replies.
-func endProbabilities(ctx context.Context, env Environment, turns []Turn) ([]float64, error) {
+// EndProbabilities is env's p for every turn at step 0: its EndScorer's
+// when it has one (no replies generated), else the P of its replies.
+func EndProbabilities(ctx context.Context, env Environment, turns []Turn) ([]float64, error) {
 	if s, ok := env.(EndScorer); ok {
 		ps, err := s.EndProbabilities(ctx, 0, turns)
 		if err == nil && len(ps) != len(turns) {
@@ -313,7 +313,7 @@ func (s *RefereeSample) Judge(ctx context.Context, policy Policy, ua Environment
 		for i, t := range grp.Turns {
 			turns[i] = Turn{State: states[g], NPC: t}
 		}
-		p, err := endProbabilities(ctx, ua, turns)
+		p, err := EndProbabilities(ctx, ua, turns)
 		if err != nil {
 			return fmt.Errorf("group %d: %w", g, err)
 		}
@@ -386,7 +386,7 @@ func (s *RefereeSample) riskedContexts(ctx context.Context, ua Environment) ([]S
 		if len(turns) == 0 {
 			break
 		}
-		ps, err := endProbabilities(ctx, ua, turns)
+		ps, err := EndProbabilities(ctx, ua, turns)
 		if err != nil {
 			return nil, fmt.Errorf("context risks at depth %d: %w", d, err)
 		}

@@ -362,12 +362,12 @@ func (e *env) probe(ctx context.Context) ([]Probe, error) {
 			env rl.Environment
 			p   *float64
 		}{{rl.NewUserAgentEnv(e.ua, 1), &pr.UserAgent}, {e.players, &pr.Players}} {
-			rs, err := x.env.Respond(ctx, 0, turns)
+			ps, err := rl.EndProbabilities(ctx, x.env, turns)
 			if err != nil {
 				return nil, fmt.Errorf("probe %s: %w", q, err)
 			}
-			for _, r := range rs {
-				*x.p += r.P / float64(len(rs))
+			for _, p := range ps {
+				*x.p += p / float64(len(ps))
 			}
 		}
 		e.logger.Info("probe", "quality", q, "user_agent_p", pr.UserAgent, "players_p", pr.Players)
