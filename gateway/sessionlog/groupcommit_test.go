@@ -226,3 +226,55 @@ func spooledEvents(t *testing.T, sp *spool) map[string]int64 {
 	}
 	return out
 }
+
+// TestGroupCommitDelay checks the commit delay: a lone session never waits
+// for it; a leader whose recent events came from other sessions too waits
+// until its group holds an event of each of them, so that they share one
+// fsync; and when they do not come it waits no longer than the delay.
+func TestGroupCommitDelay(t *testing.T) {
+	cfg := testConfig([]string{"127.0.0.1:9"}, "t", t.TempDir())
+	cfg.CloseTimeout = 0
+	cfg.CommitDelay = time.Hour
+	h := newHarness(t, cfg)
+	sp := h.spool
+	within := func(what string, f func()) {
+		t.Helper()
+		done := make(chan struct{})
+		go func() { defer close(done); f() }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: still waiting after 30 s; want no wait for the one-hour commit delay", what)
+		}
+	}
+	within("a lone session's publishes", func() { publishAll(t, context.Background(), h.Logger, makeEvents(t, "lone", 1, 4)) })
+
+	setDelay := func(d time.Duration) {
+		sp.mu.Lock()
+		sp.delay = d
+		sp.mu.Unlock()
+	}
+	const sessions = 4
+	evs := makeEvents(t, "delay", sessions, 2) // started, two turns and ended of each session
+	setDelay(0)
+	publishAll(t, context.Background(), h.Logger, evs[:2*sessions]) // the last eight events are theirs
+	setDelay(time.Hour)
+	before := sp.seg.Syncs()
+	within("one event of each of the sessions", func() {
+		publishSessions(h, sessions, evs[2*sessions:3*sessions], func(ev schema.SessionEvent, err error) {
+			if err != nil {
+				t.Errorf("Publish(%s): %v", ev.EventID, err)
+			}
+		})
+	})
+	if got := sp.seg.Syncs() - before; got != 1 {
+		t.Errorf("the events of %d sessions took %d fsyncs; want the leader to wait for all of them and share one", sessions, got)
+	}
+
+	setDelay(10 * time.Millisecond)
+	before = sp.seg.Syncs()
+	within("an event whose siblings do not come", func() { publishAll(t, context.Background(), h.Logger, evs[3*sessions:3*sessions+1]) })
+	if got := sp.seg.Syncs() - before; got != 1 {
+		t.Errorf("%d fsyncs for one event; want 1", got)
+	}
+}
