@@ -2,6 +2,7 @@ package sessionlog
 
 import (
 	"context"
+	"encoding/json"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -69,4 +70,25 @@ func BenchmarkPublish(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkEncodeEvent compares appendEvent with json.Marshal on a turn event.
+//
+//	go test -run '^$' -bench EncodeEvent ./gateway/sessionlog/
+func BenchmarkEncodeEvent(b *testing.B) {
+	ev := makeEvents(b, "bench", 1, 1)[1]
+	b.Run("appendEvent", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := appendEvent(make([]byte, 0, 512), &ev); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("json.Marshal", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := json.Marshal(ev); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

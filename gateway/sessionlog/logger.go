@@ -15,7 +15,6 @@ package sessionlog
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -142,7 +141,7 @@ func (l *Logger) Publish(ctx context.Context, ev schema.SessionEvent) error {
 	if err := ev.Validate(); err != nil {
 		return fmt.Errorf("publish: %w", err)
 	}
-	value, err := json.Marshal(ev)
+	value, err := appendEvent(make([]byte, 0, 512), &ev)
 	if err != nil {
 		return fmt.Errorf("publish event %s: %w", ev.EventID, err)
 	}
