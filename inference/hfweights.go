@@ -36,11 +36,13 @@ const WeightsIndexFile = "model.safetensors.index.json"
 // config's or an unknown tensor is refused with an error wrapping
 // ErrBadWeights that names it. The tokenizer is not read here.
 //
-// When every matrix of the checkpoint is bfloat16, the CPU decoder
-// multiplies by the checkpoint's own matrices, mapped again, instead of
-// float32 copies, as long as the weights are the ones loaded (see
-// DecodeWeights and Model.SetDecodeWeights); trainers and the GoMLX graph
-// always read the float32 weights.
+// When every matrix of the checkpoint is bfloat16, the shards stay mapped
+// and the CPU decoder multiplies by the checkpoint's own matrices instead
+// of float32 copies, as long as the weights are the ones loaded (see
+// DecodeWeights and Model.SetDecodeWeights); the float32 weights, which
+// trainers and the GoMLX graph read, are converted only when something
+// first reads them (Model.Context, Model.Weights, a trainer), so a model
+// that only the CPU decoder serves never holds them.
 func OpenHFModel(dir string, backend BackendConfig) (*Model, error) {
 	cfg, err := ReadHFConfig(filepath.Join(dir, ConfigFile))
 	if err != nil {
@@ -60,19 +62,22 @@ func loadHFWeights(dir string, cfg ModelConfig, backend BackendConfig) (*Model, 
 	if err != nil {
 		return nil, err
 	}
-	defer w.close()
+	kept := false
+	defer func() {
+		if !kept {
+			w.close()
+		}
+	}()
 	_, dims := weightShapes(cfg)
 	if err := w.check(dims, cfg.ignoredTensor); err != nil {
 		return nil, err
 	}
-	m, err := newModelFilled(cfg, backend, w.read)
-	if err != nil {
-		return nil, err
+	if !allMatricesBF16(cfg, w) {
+		return newModelFilled(cfg, backend, w.read)
 	}
-	if err := rememberBF16Checkpoint(m, dir, w); err != nil {
-		return nil, err
-	}
-	return m, nil
+	m, err := newBF16Model(dir, cfg, backend, w)
+	kept = err == nil
+	return m, err
 }
 
 // CheckHFCheckpoint verifies, without converting the weights, that dir

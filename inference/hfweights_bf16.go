@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 	"unsafe"
@@ -50,19 +51,24 @@ func ParseDecodeWeights(s string) (DecodeWeights, error) {
 // the checkpoint's own matrices instead of float32 copies. It applies
 // while the model's variables still hold the values loaded: once a Trainer
 // or a restore gives one a new value, the decoder reads float32 from the
-// model again. The files are mapped again on the decoder's first use (a
-// trainer that never decodes never maps them) and unmapped when the Model
-// is garbage.
+// model again. The shards mapped at load stay mapped until the float32
+// weights are converted from them, and after that only if a decoder took
+// them (a trainer that never decodes unmaps them, and a decoder maps them
+// again if it needs them later); they are unmapped when the Model is
+// garbage.
 type bf16Checkpoint struct {
 	dir    string
 	stamps map[string]fileStamp // weight file → as it was at load
-	// loaded are the variables' values at load in Model.names order, weak
-	// so that a model being trained does not keep its first weights alive.
-	loaded []weak.Pointer[tensors.Tensor]
 
-	mu    sync.Mutex
-	mode  DecodeWeights
-	files *hfWeights // nil until first mapped
+	mu   sync.Mutex
+	mode DecodeWeights
+	// loaded are, per variable in Model.names order, the values that are
+	// the weights as loaded: the placeholders, and the float32 tensors
+	// converted from the checkpoint once there are some; weak so that a
+	// model being trained does not keep them alive.
+	loaded [][]weak.Pointer[tensors.Tensor]
+	files  *hfWeights // nil when not mapped
+	used   bool       // a decoder took files
 }
 
 // fileStamp is what tells a weight file replaced since load.
@@ -89,38 +95,50 @@ func bf16CheckpointOf(m *Model) *bf16Checkpoint {
 	return c.(*bf16Checkpoint)
 }
 
-// rememberBF16Checkpoint records for the CPU decoder that m's weights come
-// from dir, when every matrix there is bfloat16.
-func rememberBF16Checkpoint(m *Model, dir string, w *hfWeights) error {
+// allMatricesBF16 reports whether the CPU decoder can read cfg's matrices
+// in place in w: all are bfloat16, on a little-endian machine.
+func allMatricesBF16(cfg ModelConfig, w *hfWeights) bool {
 	if !littleEndian {
-		return nil
+		return false
 	}
-	_, dims := weightShapes(m.cfg)
+	_, dims := weightShapes(cfg)
 	for name, d := range dims {
 		tv, _ := w.shards[w.located[name]].Tensor(name)
 		if len(d) == 2 && tv.DType() != safetensors.BF16 {
-			return nil
+			return false
 		}
 	}
-	c := &bf16Checkpoint{dir: dir, stamps: map[string]fileStamp{}}
+	return true
+}
+
+// newBF16Model builds the model of cfg from the checkpoint in dir, whose
+// matrices are all bfloat16 and whose shards w are mapped and checked: the
+// model keeps w, its float32 weights are converted from w when first read
+// (newModelDeferred), and the CPU decoder multiplies by w's matrices.
+func newBF16Model(dir string, cfg ModelConfig, backend BackendConfig, w *hfWeights) (*Model, error) {
+	c := &bf16Checkpoint{dir: dir, stamps: map[string]fileStamp{}, files: w}
 	files, err := HFWeightFiles(dir)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, f := range files {
 		fi, err := os.Stat(filepath.Join(dir, f))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		c.stamps[f] = fileStamp{fi.Size(), fi.ModTime()}
 	}
-	for _, name := range m.names {
-		scope, vname := weightScope(name)
-		t, err := m.ctx.GetVariableByScopeAndName(scope, vname).Value()
-		if err != nil {
-			return fmt.Errorf("weight %q: %w", name, err)
-		}
-		c.loaded = append(c.loaded, weak.Make(t))
+	m, err := newModelDeferred(cfg, backend, w.read, c.converted)
+	if err != nil {
+		return nil, err
+	}
+	placeholders, err := m.weightValues()
+	if err != nil {
+		return nil, err
+	}
+	c.loaded = make([][]weak.Pointer[tensors.Tensor], len(placeholders))
+	for i, t := range placeholders {
+		c.loaded[i] = []weak.Pointer[tensors.Tensor]{weak.Make(t)}
 	}
 	key := weak.Make(m)
 	bf16Checkpoints.Store(key, c)
@@ -129,7 +147,21 @@ func rememberBF16Checkpoint(m *Model, dir string, w *hfWeights) error {
 			c.(*bf16Checkpoint).close()
 		}
 	}, key)
-	return nil
+	return m, nil
+}
+
+// converted records the float32 tensors converted from the checkpoint as
+// the weights loaded too, and unmaps the shards unless a decoder took them.
+func (c *bf16Checkpoint) converted(values []*tensors.Tensor) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, t := range values {
+		c.loaded[i] = append(c.loaded[i], weak.Make(t))
+	}
+	if c.files != nil && !c.used {
+		c.files.close()
+		c.files = nil
+	}
 }
 
 // SetDecodeWeights chooses the precision of the CPU decoders that read m's
@@ -148,6 +180,13 @@ func (m *Model) SetDecodeWeights(w DecodeWeights) error {
 			return fmt.Errorf("decode weights bf16: the model was not loaded from a checkpoint whose matrices are all bfloat16")
 		}
 		return nil
+	}
+	if w == DecodeWeightsF32 {
+		// The decoder copies the float32 weights: convert them now, not
+		// while a decoder holds the placeholders.
+		if _, err := m.weightsContext(); err != nil {
+			return fmt.Errorf("decode weights f32: %w", err)
+		}
 	}
 	c.mu.Lock()
 	c.mode = w
@@ -195,25 +234,26 @@ func (m *Model) weightValues() ([]*tensors.Tensor, error) {
 // they are still the values loaded.
 func (c *bf16Checkpoint) serves(values []*tensors.Tensor) bool {
 	c.mu.Lock()
-	mode := c.mode
-	c.mu.Unlock()
-	if mode == DecodeWeightsF32 || len(values) != len(c.loaded) {
+	defer c.mu.Unlock()
+	if c.mode == DecodeWeightsF32 || len(values) != len(c.loaded) {
 		return false
 	}
 	for i, t := range values {
-		if weak.Make(t) != c.loaded[i] {
+		if !slices.Contains(c.loaded[i], weak.Make(t)) {
 			return false
 		}
 	}
 	return true
 }
 
-// mapped returns the checkpoint's shards, mapping them on first use, or
-// nil when a weight file has been replaced since load.
+// mapped returns the checkpoint's shards for a decoder, mapping them again
+// if they were unmapped, or nil when a weight file has been replaced since
+// load.
 func (c *bf16Checkpoint) mapped() (*hfWeights, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.files != nil {
+		c.used = true
 		return c.files, nil
 	}
 	for f, st := range c.stamps {
@@ -226,7 +266,7 @@ func (c *bf16Checkpoint) mapped() (*hfWeights, error) {
 	if err != nil {
 		return nil, fmt.Errorf("map %q: %w", c.dir, err)
 	}
-	c.files = w
+	c.files, c.used = w, true
 	return w, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
@@ -160,5 +161,155 @@ func TestOpenWeightsDecodesBF16(t *testing.T) {
 	}
 	if _, err := ParseDecodeWeights("fp8"); err == nil {
 		t.Fatal(`ParseDecodeWeights("fp8"): no error`)
+	}
+}
+
+// TestOpenWeightsBF16ServesWithoutFloat32 checks that a bfloat16 checkpoint
+// opened to serve holds no float32 weights while the CPU decoder serves it
+// (its variables hold scalar placeholders) and decodes as the float32 path
+// does; that a trainer converts them and trains exactly as a model loaded
+// in float32 at once; and that a model whose weights were converted
+// without a decoder unmaps the shards.
+func TestOpenWeightsBF16ServesWithoutFloat32(t *testing.T) {
+	src, err := newRandomModel(gqaTestConfig(), 0.3, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	writeBF16Checkpoint(t, dir, src)
+	holdsFloat32 := func(m *Model) bool {
+		t.Helper()
+		values, err := m.weightValues()
+		if err != nil {
+			t.Fatal(err)
+		}
+		big := 0
+		for _, v := range values {
+			if v.Shape().Size() > 1 {
+				big++
+			}
+		}
+		if converted := m.deferred == nil; converted != (big == len(values)) {
+			t.Fatalf("%d of %d variables hold weights, converted %v", big, len(values), converted)
+		}
+		return big > 0
+	}
+
+	m, err := OpenHFModel(dir, DefaultBackendConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if holdsFloat32(m) {
+		t.Fatal("a bf16 checkpoint just opened holds float32 weights")
+	}
+	got, d := decodeLogits(t, m)
+	if d.w.embBF16 == nil || holdsFloat32(m) {
+		t.Fatal("decoding converted the weights to float32 or did not read the checkpoint's bfloat16")
+	}
+	if w, err := m.DecodeWeights(); err != nil || w != DecodeWeightsBF16 {
+		t.Fatalf("DecodeWeights() = %q, %v; want %q", w, err, DecodeWeightsBF16)
+	}
+	ref, err := OpenHFModel(dir, DefaultBackendConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ref.SetDecodeWeights(DecodeWeightsF32); err != nil {
+		t.Fatal(err)
+	}
+	if !holdsFloat32(ref) {
+		t.Fatal("SetDecodeWeights(f32) left the weights unconverted")
+	}
+	want, _ := decodeLogits(t, ref)
+	if diff := maxRelDiff(got, want); diff > 1e-4 {
+		t.Fatalf("unconverted bf16 logits differ from float32 by %g relative", diff)
+	}
+
+	// A trainer converts the weights, which still count as loaded; its
+	// steps are those of a model loaded in float32 at once.
+	w, err := openHFWeights(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eager, err := newModelFilled(m.Config(), DefaultBackendConfig(), w.read)
+	w.close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch := Batch{Tokens: [][]int{{1, 5, 9, 2, 33, 7}, {3, 8, 21, 39}}}
+	step := func(m *Model) (float32, map[string][]float32) {
+		t.Helper()
+		tr, err := NewTrainer(m, DefaultTrainConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !holdsFloat32(m) {
+			t.Fatal("NewTrainer left the weights unconverted")
+		}
+		loss, err := tr.Step(batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vals, _, err := m.Weights()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return loss, vals
+	}
+	loss, vals := step(eager)
+	tr, err := NewTrainer(m, DefaultTrainConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w, err := m.DecodeWeights(); err != nil || w != DecodeWeightsBF16 {
+		t.Fatalf("DecodeWeights() once converted = %q, %v; want %q", w, err, DecodeWeightsBF16)
+	}
+	if _, d := decodeLogits(t, m); d.w.embBF16 == nil {
+		t.Fatal("decoder reads float32 once the weights were converted, before any step")
+	}
+	lazyLoss, err := tr.Step(batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lazyVals, _, err := m.Weights()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lazyLoss != loss {
+		t.Fatalf("first step's loss %v, %v when loaded in float32", lazyLoss, loss)
+	}
+	for name, v := range vals {
+		if !slices.Equal(lazyVals[name], v) {
+			t.Fatalf("weight %q after one step differs from the model loaded in float32", name)
+		}
+	}
+	if w, err := m.DecodeWeights(); err != nil || w != DecodeWeightsF32 {
+		t.Fatalf("DecodeWeights() after a step = %q, %v; want %q", w, err, DecodeWeightsF32)
+	}
+
+	// Converted with no decoder: the shards are unmapped, and mapped again
+	// for a decoder while the weights are those loaded.
+	trained, err := OpenHFModel(dir, DefaultBackendConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	loss2, _ := step(trained)
+	if loss2 != loss {
+		t.Fatalf("first step's loss %v, %v when loaded in float32", loss2, loss)
+	}
+	if c := bf16CheckpointOf(trained); c.files != nil {
+		t.Fatal("shards still mapped after the weights were converted without a decoder")
+	}
+	saved, err := OpenHFModel(dir, DefaultBackendConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := saved.Weights(); err != nil {
+		t.Fatal(err)
+	}
+	if bf16CheckpointOf(saved).files != nil {
+		t.Fatal("shards still mapped after Weights converted them without a decoder")
+	}
+	if got2, d := decodeLogits(t, saved); d.w.embBF16 == nil || maxRelDiff(got2, got) != 0 {
+		t.Fatal("decoder did not map the checkpoint again, or decoded differently")
 	}
 }

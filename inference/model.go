@@ -177,14 +177,24 @@ func (c ModelConfig) FLOPsPerToken(ctxLen int) float64 {
 // Model holds a GoMLX backend and the weights of one transformer in a
 // context.Context. Its inference methods are safe for concurrent use; a
 // Trainer mutates the weights in place.
+//
+// A model loaded from a bfloat16 checkpoint holds no float32 weights until
+// something reads them (Context, Weights, a trainer, the GoMLX graph): its
+// variables hold placeholders, and the CPU decoder multiplies by the
+// checkpoint's matrices meanwhile (see DecodeWeights).
 type Model struct {
 	cfg     ModelConfig
 	bcfg    BackendConfig
 	backend backends.Backend
-	ctx     *context.Context
+	// ctx holds the weights; read it through weightsContext, except for
+	// the identity of the variables' values (the CPU decoder's check).
+	ctx *context.Context
 	// names lists the weight variables in a fixed order (Hugging Face
 	// names, e.g. "model.layers.0.self_attn.q_proj.weight").
 	names []string
+
+	deferMu  sync.Mutex
+	deferred *deferredWeights // nil once the variables hold the weights
 
 	mu      sync.Mutex
 	logits  *context.Exec // tokens → last-position logits (naive generation)
@@ -283,10 +293,44 @@ func newModelWithWeights(cfg ModelConfig, bcfg BackendConfig, values map[string]
 	})
 }
 
+// weightFill writes the float32 values of weight name into dst.
+type weightFill func(name string, dst []float32) error
+
 // newModelFilled builds a Model whose weights fill writes, one at a time,
 // into the float32 storage of each (so a loader converting from another
 // dtype never holds a second copy of the model).
-func newModelFilled(cfg ModelConfig, bcfg BackendConfig, fill func(name string, dst []float32) error) (*Model, error) {
+func newModelFilled(cfg ModelConfig, bcfg BackendConfig, fill weightFill) (*Model, error) {
+	return newModelOf(cfg, bcfg, func(name string, dims []int) (*tensors.Tensor, error) {
+		return filledTensor(name, dims, fill)
+	})
+}
+
+// deferredWeights are the weights of a model built by newModelDeferred.
+type deferredWeights struct {
+	fill weightFill
+	// filled is told the float32 tensors, in Model.names order, once they
+	// replace the placeholders.
+	filled func(values []*tensors.Tensor)
+}
+
+// newModelDeferred builds a Model whose variables hold scalar placeholders
+// until its weights are first read (weightsContext): then fill converts
+// them one at a time into the variables, and filled is told the tensors.
+// The placeholders are distinct tensors, so that their identities tell the
+// weights as loaded.
+func newModelDeferred(cfg ModelConfig, bcfg BackendConfig, fill weightFill, filled func(values []*tensors.Tensor)) (*Model, error) {
+	m, err := newModelOf(cfg, bcfg, func(string, []int) (*tensors.Tensor, error) {
+		return tensors.FromValue(float32(0)), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	m.deferred = &deferredWeights{fill: fill, filled: filled}
+	return m, nil
+}
+
+// newModelOf builds a Model whose variable name holds value(name, shape).
+func newModelOf(cfg ModelConfig, bcfg BackendConfig, value func(name string, dims []int) (*tensors.Tensor, error)) (*Model, error) {
 	installDotGeneralVJP()
 	b, err := newBackend(bcfg)
 	if err != nil {
@@ -295,10 +339,7 @@ func newModelFilled(cfg ModelConfig, bcfg BackendConfig, fill func(name string, 
 	names, sh := weightShapes(cfg)
 	ctx := context.New().Checked(false)
 	for _, name := range names {
-		t := tensors.FromShape(shapes.Make(dtypes.Float32, sh[name]...))
-		if err := tensors.MutableFlatData(t, func(flat []float32) { err = fill(name, flat) }); err != nil {
-			return nil, fmt.Errorf("new model: weight %q: %w", name, err)
-		}
+		t, err := value(name, sh[name])
 		if err != nil {
 			return nil, fmt.Errorf("new model: %w", err)
 		}
@@ -306,6 +347,51 @@ func newModelFilled(cfg ModelConfig, bcfg BackendConfig, fill func(name string, 
 		ctx.InAbsPath(scope).VariableWithValue(vname, t)
 	}
 	return &Model{cfg: cfg, bcfg: bcfg, backend: b, ctx: ctx, names: names}, nil
+}
+
+// filledTensor is a float32 tensor of dims that fill writes as weight name.
+func filledTensor(name string, dims []int, fill weightFill) (*tensors.Tensor, error) {
+	t := tensors.FromShape(shapes.Make(dtypes.Float32, dims...))
+	var err error
+	if merr := tensors.MutableFlatData(t, func(flat []float32) { err = fill(name, flat) }); merr != nil {
+		return nil, fmt.Errorf("weight %q: %w", name, merr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// weightsContext returns the context holding the weights, converting a
+// deferred model's weights into it first (once; the placeholders are
+// dropped).
+func (m *Model) weightsContext() (*context.Context, error) {
+	m.deferMu.Lock()
+	defer m.deferMu.Unlock()
+	d := m.deferred
+	if d == nil {
+		return m.ctx, nil
+	}
+	_, sh := weightShapes(m.cfg)
+	values := make([]*tensors.Tensor, len(m.names))
+	for i, name := range m.names {
+		t, err := filledTensor(name, sh[name], d.fill)
+		if err != nil {
+			return nil, fmt.Errorf("convert weights: %w", err)
+		}
+		values[i] = t
+	}
+	// filled first: a CPU decoder reading the variables meanwhile sees
+	// placeholders or these tensors, both the weights as loaded.
+	d.filled(values)
+	for i, name := range m.names {
+		scope, vname := weightScope(name)
+		if err := m.ctx.GetVariableByScopeAndName(scope, vname).SetValue(values[i]); err != nil {
+			return nil, fmt.Errorf("convert weight %q: %w", name, err)
+		}
+	}
+	m.deferred = nil
+	return m.ctx, nil
 }
 
 // weightScope maps "model.layers.0.mlp.up_proj.weight" to the context scope
@@ -325,8 +411,17 @@ func (m *Model) BackendConfig() BackendConfig { return m.bcfg }
 func (m *Model) Backend() backends.Backend { return m.backend }
 
 // Context returns the GoMLX context that holds the weights (trainable
-// variables under scope "/model").
-func (m *Model) Context() *context.Context { return m.ctx }
+// variables under scope "/model"), converting a bfloat16 checkpoint's
+// weights to float32 on the first call. It panics if they cannot be
+// converted, which the checks of loading rule out (Weights, NewTrainer and
+// NewNativeTrainer return the error instead).
+func (m *Model) Context() *context.Context {
+	ctx, err := m.weightsContext()
+	if err != nil {
+		panic(fmt.Errorf("inference: model context: %w", err))
+	}
+	return ctx
+}
 
 // WeightNames lists the weights in checkpoint order.
 func (m *Model) WeightNames() []string { return append([]string(nil), m.names...) }
@@ -334,11 +429,15 @@ func (m *Model) WeightNames() []string { return append([]string(nil), m.names...
 // Weights copies every weight out of the model, keyed by its Hugging Face
 // name, with its shape.
 func (m *Model) Weights() (map[string][]float32, map[string][]int, error) {
+	ctx, err := m.weightsContext()
+	if err != nil {
+		return nil, nil, err
+	}
 	vals := make(map[string][]float32, len(m.names))
 	dims := make(map[string][]int, len(m.names))
 	for _, name := range m.names {
 		scope, vname := weightScope(name)
-		v := m.ctx.GetVariableByScopeAndName(scope, vname)
+		v := ctx.GetVariableByScopeAndName(scope, vname)
 		if v == nil {
 			return nil, nil, fmt.Errorf("read weight %q: not in context", name)
 		}
@@ -365,9 +464,13 @@ func (m *Model) CloneWeights(scope string) (*context.Context, error) {
 	if scope == "" || strings.ContainsAny(scope, "/.") || scope == "model" {
 		return nil, fmt.Errorf("clone weights: bad scope %q", scope)
 	}
+	ctx, err := m.weightsContext()
+	if err != nil {
+		return nil, fmt.Errorf("clone weights: %w", err)
+	}
 	for _, name := range m.names {
 		s, vname := weightScope(name)
-		src := m.ctx.GetVariableByScopeAndName(s, vname)
+		src := ctx.GetVariableByScopeAndName(s, vname)
 		t, err := src.Value()
 		if err != nil {
 			return nil, fmt.Errorf("clone weight %q: %w", name, err)
@@ -376,7 +479,7 @@ func (m *Model) CloneWeights(scope string) (*context.Context, error) {
 		if err != nil {
 			return nil, fmt.Errorf("clone weight %q: %w", name, err)
 		}
-		dst := m.ctx.InAbsPath("/" + scope + s)
+		dst := ctx.InAbsPath("/" + scope + s)
 		if v := dst.GetVariableByScopeAndName(dst.Scope(), vname); v != nil {
 			if err := v.SetValue(c); err != nil {
 				return nil, fmt.Errorf("clone weight %q: %w", name, err)
@@ -385,7 +488,7 @@ func (m *Model) CloneWeights(scope string) (*context.Context, error) {
 		}
 		dst.VariableWithValue(vname, c).SetTrainable(false)
 	}
-	return m.ctx.InAbsPath("/" + scope), nil
+	return ctx.InAbsPath("/" + scope), nil
 }
 
 // errNoWeight is raised (as a panic inside graph building) when a weight is
@@ -598,9 +701,13 @@ func gatherLast(x, idx *graph.Node) *graph.Node {
 	return graph.ReduceSum(graph.Mul(x, oh), -1)
 }
 
-// exec runs a context graph function with the model's backend.
+// newExec runs a context graph function with the model's backend.
 func (m *Model) newExec(fn any) (*context.Exec, error) {
-	e, err := context.NewExecAny(m.backend, m.ctx, fn)
+	ctx, err := m.weightsContext()
+	if err != nil {
+		return nil, err
+	}
+	e, err := context.NewExecAny(m.backend, ctx, fn)
 	if err != nil {
 		return nil, err
 	}

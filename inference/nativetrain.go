@@ -100,6 +100,10 @@ func NewNativeTrainer(m *Model, cfg TrainConfig) (*NativeTrainer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	ctx, err := m.weightsContext()
+	if err != nil {
+		return nil, fmt.Errorf("native trainer: %w", err)
+	}
 	c := m.cfg
 	t := &NativeTrainer{m: m, mc: c, cfg: cfg}
 	names, dims := weightShapes(c)
@@ -111,7 +115,7 @@ func NewNativeTrainer(m *Model, cfg TrainConfig) (*NativeTrainer, error) {
 		}
 		t.weights = append(t.weights, nativeWeight{name: name, off: total, size: size, dims: dims[name]})
 		scope, vname := weightScope(name)
-		v := m.ctx.GetVariableByScopeAndName(scope, vname)
+		v := ctx.GetVariableByScopeAndName(scope, vname)
 		if v == nil {
 			return nil, fmt.Errorf("native trainer: weight %q not in context", name)
 		}

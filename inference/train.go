@@ -113,11 +113,15 @@ func NewTrainer(m *Model, cfg TrainConfig) (*Trainer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	ctx, err := m.weightsContext()
+	if err != nil {
+		return nil, fmt.Errorf("new trainer: %w", err)
+	}
 	for _, name := range m.names {
 		scope, vname := weightScope(name)
-		v := m.ctx.GetVariableByScopeAndName(scope, vname)
+		v := ctx.GetVariableByScopeAndName(scope, vname)
 		for _, mom := range []string{"m", "v"} {
-			octx := m.ctx.InAbsPath("/adamw" + scope)
+			octx := ctx.InAbsPath("/adamw" + scope)
 			mname := momentName(mom, vname)
 			if octx.GetVariableByScopeAndName(octx.Scope(), mname) != nil {
 				continue
@@ -125,7 +129,7 @@ func NewTrainer(m *Model, cfg TrainConfig) (*Trainer, error) {
 			octx.VariableWithValue(mname, tensors.FromShape(v.Shape())).SetTrainable(false)
 		}
 	}
-	sctx := m.ctx.InAbsPath("/adamw")
+	sctx := ctx.InAbsPath("/adamw")
 	if sctx.GetVariableByScopeAndName("/adamw", "step") == nil {
 		sctx.VariableWithValue("step", float32(0)).SetTrainable(false)
 	}
