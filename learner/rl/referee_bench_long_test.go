@@ -44,7 +44,9 @@ type refereeBench struct {
 	Batch          int                   `json:"batch"`
 	LR             float64               `json:"lr"`
 	DecisionWeight float64               `json:"decision_weight"`
-	ReplyTokens    int                   `json:"reply_tokens"`
+	// SFTSeed seeds the user agent's initialisation and instance order.
+	SFTSeed     uint64 `json:"sft_seed"`
+	ReplyTokens int    `json:"reply_tokens"`
 	// DemoRisks tags the referee prompts' demos: "raw" (the experiment's
 	// empirical hazard by exchange), "training" (min(2h, 1), as training
 	// shows past turns) or "none".
@@ -70,7 +72,7 @@ func smallBench() refereeBench {
 	return refereeBench{
 		Name: "small", PopulationSeed: 7, Players: 240, ScriptedPerPlayer: 4, MaxTurns: 8,
 		Model: smallModel(), VocabSize: 512, Steps: 600, Batch: 16, LR: 3e-3,
-		DecisionWeight: 20, ReplyTokens: 16, DemoRisks: "raw", CalibrationSessions: 400, Referee: ref,
+		DecisionWeight: 20, SFTSeed: 1, ReplyTokens: 16, DemoRisks: "raw", CalibrationSessions: 400, Referee: ref,
 	}
 }
 
@@ -178,7 +180,7 @@ func TestRefereeBench(t *testing.T) {
 	uaCfg := sftConfig(b.Model, b.VocabSize, learner.RoleUser, t.TempDir())
 	uaCfg.Arch.MaxSeq = 320
 	uaCfg.Steps, uaCfg.BatchSize, uaCfg.Train.LearningRate, uaCfg.DecisionWeight = b.Steps, b.Batch, b.LR, b.DecisionWeight
-	uaCfg.MaxTurns = b.MaxTurns
+	uaCfg.MaxTurns, uaCfg.Seed = b.MaxTurns, b.SFTSeed
 	uaCfg.UserAgent.Sampling.MaxTokens = b.ReplyTokens
 	trainStart := time.Now()
 	uaData := append(append([]schema.Dialogue(nil), train...), onPolicy...)
