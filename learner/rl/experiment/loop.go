@@ -124,8 +124,9 @@ func loopVariant(p Profile, vs []Variant) (string, error) {
 
 // loop runs rounds 2… of the loop for one seed after its rows: the
 // previous round's policy plays the training players (play), the user
-// agent is refreshed on the old and the new dialogues (refresh), its
-// referee gate is measured, and the loop's method trains again from the
+// agent is refreshed on the old and the new dialogues (refresh) and
+// calibrated on that policy's sessions (calibrate), its referee gate is
+// measured, and the loop's method trains again from the
 // previous round's policy against the refreshed agent. done receives round
 // 1 (from the rows) and each later round as it ends.
 func (e *env) loop(ctx context.Context, res *Results, name string, seed int, done func(Round) error) error {
@@ -161,6 +162,11 @@ func (e *env) loop(ctx context.Context, res *Results, name string, seed int, don
 				return err
 			}
 			defer stop()
+			// Calibrated as the bootstrap agent was, on sessions of the
+			// policy that serves when it is refreshed.
+			if refreshed, err = e.calibrate(ctx, policy, refreshed); err != nil {
+				return fmt.Errorf("loop round %d: %w", r, err)
+			}
 			data = append(data, played...)
 			f.Policy = filepath.Base(policy)
 			next, nextVersion, prev, ref = refreshed, loopVersion(r, seed), ua, f
