@@ -37,14 +37,6 @@ type Config struct {
 	// within the window together, each within the window plus two fsyncs of
 	// its Publish; a power loss or kernel crash can lose those.
 	CommitWindow time.Duration
-	// CommitDelay applies without a CommitWindow: how long the leader of a
-	// group commit may wait for more events before its write and fsync,
-	// and only while other sessions are publishing (some of the last eight
-	// events were theirs), so that more events share an fsync. It waits
-	// until the group holds an event from each of those sessions or the
-	// delay has passed. An event is still acknowledged only after its
-	// fsync; a lone session never waits. 0: no wait.
-	CommitDelay time.Duration
 
 	// BatchMaxEvents and BatchMaxBytes bound one write to Kafka.
 	BatchMaxEvents int
@@ -67,8 +59,7 @@ type Config struct {
 
 // DefaultConfig writes to schema.SessionsTopic with a 1 GiB spool of 16 MiB
 // segments, acknowledges an event only after the fsync it shares with the
-// events published beside it (no commit window; up to 1 ms of commit delay
-// while other sessions publish), and batches a trickle of events
+// events published beside it (no commit window), and batches a trickle of events
 // over 10 ms; Brokers and SpoolDir must be set.
 func DefaultConfig() Config {
 	return Config{
@@ -77,7 +68,6 @@ func DefaultConfig() Config {
 		SpoolMaxBytes:          1 << 30,
 		SegmentBytes:           16 << 20,
 		CommitWindow:           0,
-		CommitDelay:            time.Millisecond,
 		BatchMaxEvents:         1000,
 		BatchMaxBytes:          512 << 10,
 		Linger:                 10 * time.Millisecond,
@@ -109,8 +99,6 @@ func (c Config) Validate() error {
 		return fmt.Errorf("sessionlog: segment bytes %d must be positive and at most spool max bytes %d", c.SegmentBytes, c.SpoolMaxBytes)
 	case c.CommitWindow < 0:
 		return fmt.Errorf("sessionlog: commit window %s must not be negative", c.CommitWindow)
-	case c.CommitDelay < 0:
-		return fmt.Errorf("sessionlog: commit delay %s must not be negative", c.CommitDelay)
 	case c.BatchMaxEvents < 1:
 		return fmt.Errorf("sessionlog: batch max events %d must be at least 1", c.BatchMaxEvents)
 	case c.BatchMaxBytes < 1:

@@ -87,7 +87,7 @@ func New(cfg Config, logger *slog.Logger, meter metric.Meter, prop propagation.T
 	}
 	logger = logger.With("component", "sessionlog", "topic", cfg.Topic)
 
-	sp, rec, err := openSpool(cfg.SpoolDir, cfg.SegmentBytes, cfg.SpoolMaxBytes, cfg.CommitWindow, cfg.CommitDelay, logger)
+	sp, rec, err := openSpool(cfg.SpoolDir, cfg.SegmentBytes, cfg.SpoolMaxBytes, cfg.CommitWindow, logger)
 	if err != nil {
 		return nil, fmt.Errorf("sessionlog: %w", err)
 	}
@@ -157,7 +157,7 @@ func (l *Logger) Publish(ctx context.Context, ev schema.SessionEvent) error {
 	if l.closed {
 		return fmt.Errorf("publish event %s: %w", ev.EventID, ErrClosed)
 	}
-	if err := l.spool.append(rec, ev.SessionID); err != nil {
+	if err := l.spool.append(rec); err != nil {
 		if errors.Is(err, ErrSpoolFull) {
 			l.m.spoolFull.Add(ctx, 1)
 		}

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -46,12 +45,6 @@ type spool struct {
 	pending    *commitGroup // records waiting for the next write and fsync
 	unwritten  int64        // bytes in pending and in the group being written
 	committing bool         // a leader is writing and fsyncing a group
-	// delay bounds how long a leader waits for more appends while other
-	// sessions publish (Config.CommitDelay); recent holds the sessions of
-	// the last appends, to tell.
-	delay  time.Duration
-	recent [recentSessions]string
-	nextIn int
 	// sync is seg.Sync; tests replace it to fail or hold an fsync.
 	sync func(seq uint64) error
 
@@ -98,9 +91,8 @@ func segmentName(id uint64) string { return seglog.SegmentName(id) }
 
 // openSpool locks dir, opens the log in it (which cuts a torn or corrupt
 // tail and starts a fresh active segment), counts what is undelivered and,
-// with a positive commit window, starts the committer. delay is the group
-// commit's delay, used without a window.
-func openSpool(dir string, segmentBytes, maxBytes int64, window, delay time.Duration, log *slog.Logger) (*spool, recovery, error) {
+// with a positive commit window, starts the committer.
+func openSpool(dir string, segmentBytes, maxBytes int64, window time.Duration, log *slog.Logger) (*spool, recovery, error) {
 	var rec recovery
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, rec, fmt.Errorf("create spool dir %q: %w", dir, err)
@@ -113,7 +105,7 @@ func openSpool(dir string, segmentBytes, maxBytes int64, window, delay time.Dura
 		lock.Close()
 		return nil, rec, fmt.Errorf("lock spool %q (is another gateway using it?): %w", dir, err)
 	}
-	s := &spool{dir: dir, segmentBytes: segmentBytes, maxBytes: maxBytes, delay: delay, log: log, lock: lock}
+	s := &spool{dir: dir, segmentBytes: segmentBytes, maxBytes: maxBytes, log: log, lock: lock}
 	// Segments before the cursor's are delivered, and the log never reuses
 	// an id the cursor may name, or its successors would be taken for
 	// delivered ones at the next open.
@@ -214,20 +206,9 @@ func (s *spool) recover(cursor seglog.Pos, hasCursor bool) error {
 // nothing but its own fsync; under load a group holds every record that
 // arrived during one fsync, so that fsyncs per second stay bounded by the
 // disk's rate and events per fsync grow with the load.
-//
-// With a commit delay, a leader whose recent appends came from other
-// sessions too (so other publishers are in flight: a session publishes one
-// turn at a time) waits, before its write, until its group holds one event
-// for each of those sessions or the delay has passed, whichever is first. A
-// lone session never waits; no event waits more than the delay beyond its
-// group's turn, and none is acknowledged before its fsync.
 type commitGroup struct {
 	buf    []byte
 	events int
-	// target is the events the leader waits for, up to the delay; full is
-	// closed when the group holds them.
-	target int
-	full   chan struct{}
 	// lead receives one token when the group is the next to commit: the
 	// append that takes it becomes the group's leader.
 	lead chan struct{}
@@ -240,8 +221,8 @@ type commitGroup struct {
 // without a commit window (by the group commit it joins), written to the
 // segment file (where it outlives the process) with one, the committer
 // fsyncing it within the window (or append itself, when the record filled
-// the segment). session is the event's, for the group commit's delay.
-func (s *spool) append(rec []byte, session string) error {
+// the segment).
+func (s *spool) append(rec []byte) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -257,7 +238,7 @@ func (s *spool) append(rec []byte, session string) error {
 		return ErrSpoolFull
 	}
 	if s.window == 0 {
-		return s.appendGrouped(rec, session) // unlocks mu
+		return s.appendGrouped(rec) // unlocks mu
 	}
 	seq, err := s.seg.Write(rec)
 	if err != nil {
@@ -282,13 +263,9 @@ func (s *spool) append(rec []byte, session string) error {
 	return nil
 }
 
-// recentSessions is how many of the last appends' sessions a leader looks
-// at to tell whether other publishers are in flight.
-const recentSessions = 8
-
 // appendGrouped adds rec to the pending group and returns the group's
 // result. The caller holds mu; appendGrouped unlocks it.
-func (s *spool) appendGrouped(rec []byte, session string) error {
+func (s *spool) appendGrouped(rec []byte) error {
 	g := s.pending
 	if g == nil {
 		g = &commitGroup{lead: make(chan struct{}, 1), done: make(chan struct{})}
@@ -296,12 +273,7 @@ func (s *spool) appendGrouped(rec []byte, session string) error {
 	}
 	g.buf = append(g.buf, rec...)
 	g.events++
-	if g.full != nil && g.events == g.target {
-		close(g.full)
-	}
 	s.unwritten += int64(len(rec))
-	s.recent[s.nextIn%recentSessions] = session
-	s.nextIn++
 	if s.committing {
 		s.mu.Unlock()
 		select {
@@ -312,32 +284,8 @@ func (s *spool) appendGrouped(rec []byte, session string) error {
 		s.mu.Lock()
 	}
 	s.committing = true
-	if others := s.otherSessions(session); s.delay > 0 && others > 0 && g.events < 1+others {
-		g.target, g.full = 1+others, make(chan struct{})
-		s.mu.Unlock()
-		t := time.NewTimer(s.delay)
-		select {
-		case <-g.full:
-		case <-t.C:
-		}
-		t.Stop()
-		s.mu.Lock()
-	}
 	s.commitPending()
 	return g.err
-}
-
-// otherSessions counts the sessions other than session among the last
-// appends. The caller holds mu.
-func (s *spool) otherSessions(session string) int {
-	n := 0
-	for i, r := range s.recent {
-		if r == "" || r == session || slices.Contains(s.recent[:i], r) {
-			continue
-		}
-		n++
-	}
-	return n
 }
 
 // commitPending is the leader's work, entered with mu held: it takes the
