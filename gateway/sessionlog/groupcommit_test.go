@@ -17,7 +17,8 @@ import (
 
 // groupHarness is a Logger without a commit window whose spool's fsync the
 // test controls: hook runs in place of each fsync, with the end of what it
-// covers.
+// covers. It also checks that each group took one write: the k-th fsync
+// covers the log's k-th write.
 func groupHarness(t *testing.T, hook func(call int, end int64, sync func() error) error) *harness {
 	t.Helper()
 	cfg := testConfig([]string{"127.0.0.1:9"}, "t", t.TempDir())
@@ -30,6 +31,9 @@ func groupHarness(t *testing.T, hook func(call int, end int64, sync func() error
 		// Leaders commit one at a time, and the next group is written only
 		// after this fsync returns: the active segment ends with this group.
 		calls++
+		if seq != uint64(calls) {
+			t.Errorf("fsync %d covers write %d; want one write per group", calls, seq)
+		}
 		return hook(calls, sp.seg.End().Offset, func() error { return sp.seg.Sync(seq) })
 	}
 	if n := len(segmentFiles(t, cfg.SpoolDir)); n != 1 {
