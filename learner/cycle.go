@@ -518,7 +518,7 @@ func (c *Cycle) prompts(ds []schema.Dialogue) (pool, held []rl.Prompt) {
 			usable = append(usable, d)
 		}
 	}
-	risks := trainingRisks(usable, c.cfg.MaxTurns)
+	risks := simulator.TrainingRisks(usable, c.cfg.MaxTurns)
 	players := byPlayer(usable)
 	for i, d := range usable {
 		p := rl.Prompt{ID: d.SessionID, PlayerID: d.PlayerID, System: c.cfg.DefaultCard,

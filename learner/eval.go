@@ -162,7 +162,7 @@ type evaluator struct {
 // Evaluate measures m on the held-out dialogues. demos holds the
 // dialogues the user agent may show as a player's style demonstrations
 // (usually every dialogue of the held-out players); risks are the [End
-// Risk] values of the training layout (trainingRisks).
+// Risk] values of the training layout (simulator.TrainingRisks).
 func (ev evaluator) evaluate(ctx context.Context, m *inference.Model, tok *inference.Tokenizer, heldOut []schema.Dialogue, demos map[string][]schema.Dialogue) (Metrics, error) {
 	if len(heldOut) == 0 {
 		return Metrics{}, errors.New("evaluate: no held-out dialogues")

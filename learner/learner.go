@@ -192,6 +192,6 @@ func EvaluateModel(ctx context.Context, dir string, dialogues []schema.Dialogue,
 	}
 	ev := evaluator{role: opts.Role, cfg: opts.Eval, ua: opts.UserAgent,
 		prompt: npcPrompt{cards: opts.NPCCards, defaultCard: opts.DefaultCard, chat: chat},
-		risks:  trainingRisks(train, opts.MaxTurns), logger: logger}
+		risks:  simulator.TrainingRisks(train, opts.MaxTurns), logger: logger}
 	return ev.evaluate(ctx, m, tok, heldOut, byPlayer(heldOut))
 }

@@ -480,7 +480,7 @@ func (r *refresher) refereePrompts(pop *simulator.Population, window []schema.Di
 	if len(ps) == 0 {
 		ps = pop.Players()
 	}
-	risks := trainingRisks(window, sft.MaxTurns)
+	risks := simulator.TrainingRisks(window, sft.MaxTurns)
 	demos := byPlayer(window)
 	out := make([]rl.Prompt, max(rc.Measure.Groups, rc.Measure.Dialogues))
 	for i := range out {

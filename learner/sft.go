@@ -241,7 +241,7 @@ func TrainSFT(ctx context.Context, cfg SFTConfig, dialogues []schema.Dialogue, l
 		return nil, fmt.Errorf("train sft: %w", err)
 	}
 	prompt := npcPrompt{cards: cfg.NPCCards, defaultCard: cfg.DefaultCard, chat: chat}
-	risks := trainingRisks(train, cfg.MaxTurns)
+	risks := simulator.TrainingRisks(train, cfg.MaxTurns)
 	insts, err := buildInstances(cfg.Role, tok, cfg.UserAgent, prompt, train, risks, m.Config().MaxSeq, float32(cfg.DecisionWeight))
 	if err != nil {
 		return nil, fmt.Errorf("train sft: %w", err)

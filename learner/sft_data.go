@@ -189,12 +189,6 @@ func pickDemos(pool []schema.Dialogue, target schema.Dialogue) []schema.Dialogue
 	return out
 }
 
-// trainingRisks are the [End Risk] values shown in user-agent training
-// instances, on past NPC turns and demos alike (simulator.TrainingRisks).
-func trainingRisks(ds []schema.Dialogue, maxTurns int) []float64 {
-	return simulator.TrainingRisks(ds, maxTurns)
-}
-
 // heldOutPlayer reports whether the player is among the held-out share,
 // by a seeded hash of the id, so that the split is stable across runs
 // and refreshes.

@@ -24,7 +24,7 @@ func TestUserInstancesTagDemosAsServing(t *testing.T) {
 		t.Fatal(err)
 	}
 	ua := simulator.DefaultUserAgentConfig()
-	risks := trainingRisks(ds, 4)
+	risks := simulator.TrainingRisks(ds, 4)
 	players := byPlayer(ds)
 	tagged := 0
 	for _, d := range ds {
