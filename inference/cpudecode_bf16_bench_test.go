@@ -38,36 +38,8 @@ func BenchmarkDecodeWeights(b *testing.B) {
 					dec = nil
 					runtime.GC() // one decoder's weights in memory at a time
 				}()
-				src, ids, prompts := make([]int, rows), make([]int, rows), make([][]int, rows)
-				for i := range rows {
-					src[i], ids[i], prompts[i] = -1, i, make([]int, 32)
-					for j := range prompts[i] {
-						prompts[i][j] = (7 + 31*i + 17*j) % m.Config().VocabSize
-					}
-				}
-				if err := dec.resize(src, rows, 64); err != nil {
-					b.Fatal(err)
-				}
-				if _, err := dec.prefill(ids, prompts); err != nil {
-					b.Fatal(err)
-				}
-				toks, pos, active := make([]int32, rows), make([]int32, rows), make([]bool, rows)
-				for i := range pos {
-					pos[i], active[i] = 32, true
-				}
-				if _, err := dec.step(toks, pos, active); err != nil {
-					b.Fatal(err)
-				}
-				cpu0 := processCPU()
-				b.ResetTimer()
-				for range b.N {
-					if _, err := dec.step(toks, pos, active); err != nil {
-						b.Fatal(err)
-					}
-				}
-				b.StopTimer()
-				cpu := processCPU() - cpu0
-				b.ReportMetric(float64(rows*b.N)/b.Elapsed().Seconds(), "tokens/s")
+				tps, cpu := timeDecodeSteps(b, dec, m.Config().VocabSize, rows, 32)
+				b.ReportMetric(tps, "tokens/s")
 				b.ReportMetric(float64(cpu.Microseconds())/1e3/float64(b.N), "cpu-ms/step")
 			})
 		}
