@@ -5,31 +5,13 @@ import (
 	"testing"
 
 	"github.com/parleyhq/parley/schema"
-	"github.com/parleyhq/parley/simulator"
 )
 
 // TestPlaySessionsLogsWhatThePlayersDid plays scripted NPCs against the
 // players and replays every logged session through its persona: the same
 // replies, and the player quits exactly where the log says.
 func TestPlaySessionsLogsWhatThePlayersDid(t *testing.T) {
-	pcfg := simulator.DefaultPopulationConfig()
-	pcfg.Size = 12
-	pop, err := simulator.NewPopulation(pcfg, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pol scriptedPolicy
-	for i, q := range simulator.Qualities() {
-		npc, err := simulator.NewScriptedNPC(pop, q, simulator.DefaultScriptConfig(), uint64(i)+1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pol.npcs = append(pol.npcs, npc)
-	}
-	var prompts []Prompt
-	for i, p := range pop.Players() {
-		prompts = append(prompts, PlayerPrompt(p, uint64(50+i), ""))
-	}
+	pop, pol, prompts := scriptedPlayers(t, 12, 3, 50)
 	const maxTurns = 5
 	ds, err := PlaySessions(context.Background(), pol, NewPlayerEnv(pop), prompts, maxTurns)
 	if err != nil {

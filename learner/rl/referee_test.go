@@ -216,13 +216,14 @@ func (p scriptedPolicy) GenerateBatch(_ context.Context, states []State) ([]Gene
 	return out, nil
 }
 
-// TestRefereeOfThePlayersThemselves judges the players by themselves: a
-// user agent that is the hidden hazard ranks every group perfectly.
-func TestRefereeOfThePlayersThemselves(t *testing.T) {
-	ctx := context.Background()
+// scriptedPlayers is a population of size players (seed), a policy of the
+// scripted NPCs of every quality, and one opening prompt per player with
+// sampling seeds from seedBase.
+func scriptedPlayers(t *testing.T, size int, seed, seedBase uint64) (*simulator.Population, scriptedPolicy, []Prompt) {
+	t.Helper()
 	pcfg := simulator.DefaultPopulationConfig()
-	pcfg.Size = 30
-	pop, err := simulator.NewPopulation(pcfg, 5)
+	pcfg.Size = size
+	pop, err := simulator.NewPopulation(pcfg, seed)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,8 +237,16 @@ func TestRefereeOfThePlayersThemselves(t *testing.T) {
 	}
 	var prompts []Prompt
 	for i, p := range pop.Players() {
-		prompts = append(prompts, PlayerPrompt(p, uint64(100+i), ""))
+		prompts = append(prompts, PlayerPrompt(p, seedBase+uint64(i), ""))
 	}
+	return pop, pol, prompts
+}
+
+// TestRefereeOfThePlayersThemselves judges the players by themselves: a
+// user agent that is the hidden hazard ranks every group perfectly.
+func TestRefereeOfThePlayersThemselves(t *testing.T) {
+	ctx := context.Background()
+	pop, pol, prompts := scriptedPlayers(t, 30, 5, 100)
 	cfg := RefereeConfig{Groups: 40, Siblings: 8, MaxContext: 3, Dialogues: 30, Depth: 6, Resamples: 200, Parallel: 4, Seed: 1}
 	players := NewPlayerEnv(pop)
 	s, err := SampleReferee(ctx, cfg, pol, players, prompts)
