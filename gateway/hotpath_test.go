@@ -71,7 +71,7 @@ func withCountedRedis(t *testing.T, rt *roundTrips) envOpt {
 
 // TestMessageRedisRoundTrips checks the hot path's budget: a message on a
 // live session with a cached API key costs at most three Redis round trips
-// (load and lock; rate limits; append, unlock and activity), plain or
+// (load and lock; rate limits and activity; append and unlock), plain or
 // streamed, with the limits on.
 func TestMessageRedisRoundTrips(t *testing.T) {
 	rt := &roundTrips{}
