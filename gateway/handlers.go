@@ -98,15 +98,14 @@ func (s *Server) messageHandler(c echo.Context) error {
 		return err
 	}
 	// Three Redis round trips on the common path: load and lock, rate
-	// limits, append, unlock and activity (the API key is cached); two
-	// with the rate limits off.
+	// limit and activity, append and unlock (the API key is cached).
 	ctx := c.Request().Context()
 	sess, lock, err := s.lockSession(ctx, c.Param("id"), principalOf(c).ClientID)
 	if err != nil {
 		return err
 	}
 	defer lock.unlock(ctx)
-	if err := s.limit(ctx, sess.ClientID, sess.PlayerID); err != nil {
+	if err := s.limitTurn(ctx, sess, lock != nil); err != nil {
 		return err
 	}
 	if lock == nil {

@@ -181,25 +181,3 @@ func TestSSEKeepAliveWhileQueued(t *testing.T) {
 		t.Errorf("stream after keep-alive = %q; want tokens and done", rest.String())
 	}
 }
-
-// TestMessageAfterScriptFlush checks that a message still appends its turn
-// and marks the session active when Redis has lost its script cache (a
-// restart, SCRIPT FLUSH): the append runs in a pipeline, which cannot fall
-// back on EVAL by itself.
-func TestMessageAfterScriptFlush(t *testing.T) {
-	e := newEnv(t, FromEngine(startEngine(t, inference.DefaultEngineConfig())))
-	ctx := context.Background()
-	s := e.createSession(e.key, "player-1")
-	e.say(e.key, s.SessionID, "hello")
-	if err := e.redis.Client.ScriptFlush(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	e.clock.Advance(time.Minute)
-	if got := e.say(e.key, s.SessionID, "still there?"); got.Turn != 2 {
-		t.Fatalf("turn after SCRIPT FLUSH = %d; want 2", got.Turn)
-	}
-	score, err := e.redis.Client.ZScore(ctx, e.srv.activeKey(), s.SessionID).Result()
-	if want := float64(e.clock.Now().UnixMilli()); err != nil || score != want {
-		t.Errorf("active score = %v, %v; want %v, the time of the turn", score, err, want)
-	}
-}

@@ -209,7 +209,7 @@ func (s *Server) openChat(ctx context.Context, clientID, sessionID, user string)
 		lock.unlock(ctx)
 		return nil, fmt.Errorf("%w: user %q is not the player of session %s", ErrBadRequest, user, sess.ID)
 	}
-	if err := s.limit(ctx, sess.ClientID, sess.PlayerID); err != nil {
+	if err := s.limitTurn(ctx, sess, lock != nil); err != nil {
 		lock.unlock(ctx)
 		return nil, err
 	}

@@ -110,3 +110,34 @@ func (s *Server) buckets(clientID, playerID string) []bucket {
 func (s *Server) limit(ctx context.Context, clientID, playerID string) error {
 	return s.take(ctx, s.buckets(clientID, playerID)...)
 }
+
+// limitTurn takes a message's tokens and, when the message holds the turn
+// lock, marks the session active (so the sweeper leaves it alone while its
+// reply is generated), in one pipelined round trip. ZADD XX leaves a session
+// the sweeper has just ended out of the set; appendTurn then finds it ended.
+func (s *Server) limitTurn(ctx context.Context, sess *session, locked bool) error {
+	keys, args := s.takeArgs(s.buckets(sess.ClientID, sess.PlayerID))
+	if len(keys) == 0 && !locked {
+		return nil
+	}
+	var take *redis.Cmd
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if len(keys) > 0 {
+			// EVAL, not EVALSHA: a pipeline cannot fall back on NOSCRIPT.
+			take = takeScript.Eval(ctx, p, keys, args...)
+		}
+		if locked {
+			p.ZAddXX(ctx, s.activeKey(), redis.Z{Score: float64(s.now().UnixMilli()), Member: sess.ID})
+		}
+		return nil
+	})
+	if take != nil {
+		if err := takeResult(take); err != nil {
+			return err
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("mark session %s active: %w", sess.ID, err)
+	}
+	return nil
+}

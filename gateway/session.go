@@ -244,12 +244,8 @@ redis.call('PEXPIRE', KEYS[1], ARGV[5])
 return 0`)
 
 // appendTurn adds x to the session's history (keeping the latest
-// MaxHistory), releases lock and moves the session's score in the active
-// set up to now, in one pipelined round trip, and reports whether the
-// session thereby reached MaxTurns (it then leaves the active set too).
-// ZADD XX leaves a session the sweeper has just ended out of the set; the
-// script then finds it ended. A failed ZADD only costs the sweeper a look
-// at the session hash, which says it is active.
+// MaxHistory), releases lock, and reports whether the session thereby
+// reached MaxTurns (it then leaves the active set too).
 func (s *Server) appendTurn(ctx context.Context, sess *session, lock *turnLock, x schema.Exchange) (ended bool, err error) {
 	hist := append(sess.History, x)
 	if over := len(hist) - s.cfg.MaxHistory; over > 0 {
@@ -259,28 +255,13 @@ func (s *Server) appendTurn(ctx context.Context, sess *session, lock *turnLock, 
 	if err != nil {
 		return false, fmt.Errorf("append turn to %s: %w", sess.ID, err)
 	}
-	now := s.now().UnixMilli()
-	keys := []string{s.sessionKey(sess.ID), s.lockKey(sess.ID)}
-	args := []any{lock.token, sess.Turns, hj, now, s.liveTTL().Milliseconds(), s.cfg.MaxTurns, s.cfg.EndedRetention.Milliseconds()}
-	var appended *redis.Cmd
-	var active *redis.IntCmd
-	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		appended = appendScript.EvalSha(ctx, p, keys, args...)
-		active = p.ZAddXX(ctx, s.activeKey(), redis.Z{Score: float64(now), Member: sess.ID})
-		return nil
-	})
-	if redis.HasErrorPrefix(appended.Err(), "NOSCRIPT") {
-		// Redis lost its script cache: a pipeline cannot fall back on EVAL by itself.
-		appended = appendScript.Eval(ctx, s.rdb, keys, args...)
-	}
-	r, err := appended.Int()
+	r, err := appendScript.Run(ctx, s.rdb, []string{s.sessionKey(sess.ID), s.lockKey(sess.ID)},
+		lock.token, sess.Turns, hj, s.now().UnixMilli(), s.liveTTL().Milliseconds(), s.cfg.MaxTurns,
+		s.cfg.EndedRetention.Milliseconds()).Int()
 	if err != nil {
 		return false, fmt.Errorf("append turn to %s: %w", sess.ID, err)
 	}
 	lock.held = false
-	if err := active.Err(); err != nil {
-		s.log.Warn("mark a session active; the sweeper will find it active by its hash", "session_id", sess.ID, "err", err)
-	}
 	switch r {
 	case -1:
 		return false, fmt.Errorf("session %s: %w", sess.ID, ErrSessionEnded)
