@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/parleyhq/parley/inference"
 	"github.com/parleyhq/parley/simulator"
 )
 
@@ -13,16 +12,7 @@ import (
 // with the training risks): the same [End Risk] tags in the same places.
 func TestUserInstancesTagDemosAsServing(t *testing.T) {
 	ds := generatedCorpus(t, 4, 3, 4, 2)
-	var texts []string
-	for _, d := range ds {
-		for _, x := range d.Exchanges {
-			texts = append(texts, x.User, x.NPC)
-		}
-	}
-	tok, err := inference.TrainTokenizer(texts, 400)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok := corpusTokenizer(t, ds)
 	ua := simulator.DefaultUserAgentConfig()
 	risks := simulator.TrainingRisks(ds, 4)
 	players := byPlayer(ds)

@@ -187,16 +187,7 @@ func TestSFTResumeWithGoMLXTrainer(t *testing.T) {
 // none.
 func TestUserInstances(t *testing.T) {
 	ds := generatedCorpus(t, 4, 3, 4, 2)
-	var texts []string
-	for _, d := range ds {
-		for _, x := range d.Exchanges {
-			texts = append(texts, x.User, x.NPC)
-		}
-	}
-	tok, err := inference.TrainTokenizer(texts, 400)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok := corpusTokenizer(t, ds)
 	user, _ := tok.TokenID(inference.TokUser)
 	cont, _ := tok.TokenID(inference.TokContinue)
 	term, _ := tok.TokenID(inference.TokTerminate)
@@ -256,4 +247,21 @@ func TestSFTLowersHeldOutPPL(t *testing.T) {
 	if res.After.PPL > 0.5*res.Before.PPL {
 		t.Errorf("held-out PPL %.1f → %.1f; want at least halved", res.Before.PPL, res.After.PPL)
 	}
+}
+
+// corpusTokenizer trains a 400-token tokenizer on ds's player and NPC
+// turns.
+func corpusTokenizer(t *testing.T, ds []schema.Dialogue) *inference.Tokenizer {
+	t.Helper()
+	var texts []string
+	for _, d := range ds {
+		for _, x := range d.Exchanges {
+			texts = append(texts, x.User, x.NPC)
+		}
+	}
+	tok, err := inference.TrainTokenizer(texts, 400)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
 }
