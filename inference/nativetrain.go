@@ -6,6 +6,7 @@ import (
 	"math"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/gomlx/gomlx/pkg/core/tensors"
@@ -18,7 +19,10 @@ import (
 // micro-kernel (nativetrain_gemm.go) and both cores busy, instead of through
 // GoMLX's pure-Go backend. The learning-rate schedule, weight decay, clipping
 // and the update are TrainConfig's, as in Trainer; gradients are checked
-// against GoMLX's autodiff in nativetrain_test.go.
+// against GoMLX's autodiff in nativetrain_test.go. It implements every
+// ModelConfig, the open-weight ones included (grouped-query attention, any
+// head dim, q/k/v biases, an untied head, Llama 3's rope scaling, checked
+// in nativetrain_openweights_test.go), on the checkpoint's weights.
 //
 // The loss is given as per-token weights on ∇log p: the backward computes
 // the gradient of −Σ w·log p(target), so the one pass serves SFT (weights
@@ -42,8 +46,9 @@ type NativeTrainer struct {
 	lastNorm float32
 
 	// params, grads and AdamW's moments are each one buffer with the model's
-	// weights one after the other in checkpoint order (weightShapes), so
-	// the stacked projections (q, k, v; gate, up) are contiguous.
+	// weights one after the other in checkpoint order (weightShapes), except
+	// that a layer's q, k and v biases follow its v weight, so the stacked
+	// projections (q, k, v and their biases; gate, up) are contiguous.
 	params, grads, adamM, adamV []float32
 	weights                     []nativeWeight
 	vars                        []*mlctx.Variable
@@ -51,7 +56,8 @@ type NativeTrainer struct {
 	packed                      bool              // the linears' packs match params
 
 	emb, norm, dEmb, dNorm []float32
-	head                   nativeLinear // the tied LM head: emb as a [V, D] weight
+	head                   nativeLinear // the LM head: lm_head, or emb when tied
+	dHead                  []float32    // head's gradient: dEmb when tied
 	blocks                 []nativeBlock
 	cos, sin               []float32
 	a                      nativeActs
@@ -70,6 +76,7 @@ type nativeBlock struct {
 	attnNorm, mlpNorm, dAttnNorm, dMlpNorm []float32
 	qkv, o, gateUp, down                   nativeLinear
 	dQKV, dO, dGateUp, dDown               []float32
+	qkvBias, dQKVBias                      []float32 // nil without biases
 }
 
 // nativeActs are the activations of one batch, grown as needed: the
@@ -107,21 +114,20 @@ func NewNativeTrainer(m *Model, cfg TrainConfig) (*NativeTrainer, error) {
 	c := m.cfg
 	t := &NativeTrainer{m: m, mc: c, cfg: cfg}
 	names, dims := weightShapes(c)
-	total := 0
 	for _, name := range names {
 		size := 1
 		for _, d := range dims[name] {
 			size *= d
 		}
-		t.weights = append(t.weights, nativeWeight{name: name, off: total, size: size, dims: dims[name]})
+		t.weights = append(t.weights, nativeWeight{name: name, size: size, dims: dims[name]})
 		scope, vname := weightScope(name)
 		v := ctx.GetVariableByScopeAndName(scope, vname)
 		if v == nil {
 			return nil, fmt.Errorf("native trainer: weight %q not in context", name)
 		}
 		t.vars = append(t.vars, v)
-		total += size
 	}
+	total := t.placeWeights()
 	t.params, t.grads = make([]float32, total), make([]float32, total)
 	t.adamM, t.adamV = make([]float32, total), make([]float32, total)
 	t.seen = make([]*tensors.Tensor, len(names))
@@ -134,34 +140,74 @@ func NewNativeTrainer(m *Model, cfg TrainConfig) (*NativeTrainer, error) {
 	return t, nil
 }
 
+// placeWeights sets every weight's offset in the buffers, in checkpoint
+// order but with each layer's q, k and v biases moved after its v weight,
+// and returns the total size.
+func (t *NativeTrainer) placeWeights() int {
+	total := 0
+	var biases []*nativeWeight
+	place := func(w *nativeWeight) {
+		w.off = total
+		total += w.size
+	}
+	for i := range t.weights {
+		w := &t.weights[i]
+		if !strings.HasSuffix(w.name, "_proj.bias") {
+			place(w)
+			continue
+		}
+		if biases = append(biases, w); strings.HasSuffix(w.name, "v_proj.bias") {
+			for _, b := range biases {
+				place(b)
+			}
+			biases = biases[:0]
+		}
+	}
+	return total
+}
+
+// qkvWidth is the width of the stacked query, key and value projections.
+func qkvWidth(c ModelConfig) int { return (c.Heads + 2*c.KVHeadCount()) * c.HeadDim() }
+
 // layOut points the blocks' views into the buffers.
 func (t *NativeTrainer) layOut() {
 	c := t.mc
-	D, F := c.Dim, c.FFNDim
-	at := 0
-	take := func(n int) (p, g []float32) {
-		p, g = t.params[at:at+n:at+n], t.grads[at:at+n:at+n]
-		at += n
-		return p, g
+	D, F, Q, W := c.Dim, c.FFNDim, c.Heads*c.HeadDim(), qkvWidth(c)
+	offs := make(map[string]int, len(t.weights))
+	for _, w := range t.weights {
+		offs[w.name] = w.off
 	}
-	t.emb, t.dEmb = take(c.VocabSize * D)
-	t.head = newNativeLinear(t.emb, c.VocabSize, D, paddedStride(c.VocabSize))
+	// view returns n values of params and grads from weight name on.
+	view := func(name string, n int) (p, g []float32) {
+		at := offs[name]
+		return t.params[at : at+n : at+n], t.grads[at : at+n : at+n]
+	}
+	t.emb, t.dEmb = view("model.embed_tokens.weight", c.VocabSize*D)
+	head := t.emb
+	t.dHead = t.dEmb
+	if c.UntiedHead {
+		head, t.dHead = view("lm_head.weight", c.VocabSize*D)
+	}
+	t.head = newNativeLinear(head, c.VocabSize, D, paddedStride(c.VocabSize))
 	t.blocks = make([]nativeBlock, c.Layers)
 	for i := range t.blocks {
-		b := &t.blocks[i]
-		b.attnNorm, b.dAttnNorm = take(D)
+		b, l := &t.blocks[i], fmt.Sprintf("model.layers.%d.", i)
+		b.attnNorm, b.dAttnNorm = view(l+"input_layernorm.weight", D)
 		var w []float32
-		w, b.dQKV = take(3 * D * D)
-		b.qkv = newNativeLinear(w, 3*D, D, 3*D)
-		w, b.dO = take(D * D)
-		b.o = newNativeLinear(w, D, D, D)
-		b.mlpNorm, b.dMlpNorm = take(D)
-		w, b.dGateUp = take(2 * F * D)
+		w, b.dQKV = view(l+"self_attn.q_proj.weight", W*D)
+		b.qkv = newNativeLinear(w, W, D, W)
+		if c.QKVBias {
+			b.qkvBias, b.dQKVBias = view(l+"self_attn.q_proj.bias", W)
+		}
+		w, b.dO = view(l+"self_attn.o_proj.weight", D*Q)
+		b.o = newNativeLinear(w, D, Q, D)
+		b.mlpNorm, b.dMlpNorm = view(l+"post_attention_layernorm.weight", D)
+		w, b.dGateUp = view(l+"mlp.gate_proj.weight", 2*F*D)
 		b.gateUp = newNativeLinear(w, 2*F, D, 2*F)
-		w, b.dDown = take(D * F)
+		w, b.dDown = view(l+"mlp.down_proj.weight", D*F)
 		b.down = newNativeLinear(w, D, F, D)
 	}
-	t.norm, t.dNorm = take(D)
+	t.norm, t.dNorm = view("model.norm.weight", D)
 }
 
 // Close stops the trainer's goroutines.
@@ -285,7 +331,7 @@ func (t *NativeTrainer) layoutBatch(seqs [][]int) error {
 // pass reuses for every block.
 func (t *NativeTrainer) growActs(keep bool) {
 	a := &t.a
-	n, D, F := a.n, t.mc.Dim, t.mc.FFNDim
+	n, D, F, Q, W := a.n, t.mc.Dim, t.mc.FFNDim, t.mc.Heads*t.mc.HeadDim(), qkvWidth(t.mc)
 	if len(a.blocks) != t.mc.Layers {
 		a.blocks = make([]blockActs, t.mc.Layers)
 	}
@@ -298,11 +344,11 @@ func (t *NativeTrainer) growActs(keep bool) {
 		grow(&b.x, n*D)
 		grow(&b.rstd1, n)
 		grow(&b.hn1, n*D)
-		grow(&b.qkv, n*3*D)
+		grow(&b.qkv, n*W)
 		if keep {
 			grow(&b.probs, a.probs)
 		}
-		grow(&b.att, n*D)
+		grow(&b.att, n*Q)
 		grow(&b.xmid, n*D)
 		grow(&b.rstd2, n)
 		grow(&b.hn2, n*D)
@@ -323,6 +369,7 @@ func (t *NativeTrainer) growActs(keep bool) {
 func (t *NativeTrainer) forward(sel []int, keep bool) {
 	c, a, p := t.mc, &t.a, t.pool
 	n, D, F := a.n, c.Dim, c.FFNDim
+	hd, W := c.HeadDim(), qkvWidth(c)
 	eps := float32(c.NormEps)
 	t.growActs(keep)
 	if !t.packed {
@@ -344,8 +391,11 @@ func (t *NativeTrainer) forward(sel []int, keep bool) {
 		}
 		rmsnormForward(p, ba.hn1, ba.rstd1, ba.x, b.attnNorm, n, D, eps)
 		linearForward(p, ba.qkv, ba.hn1, &b.qkv, n, false)
-		ropeForward(p, ba.qkv, a.pos, t.cos, t.sin, n, 3*D, D, c.HeadDim())
-		attentionForward(p, ba.att, probs, ba.qkv, a.seqs, D, c.Heads)
+		if b.qkvBias != nil {
+			biasForward(p, ba.qkv, b.qkvBias, n, W)
+		}
+		ropeForward(p, ba.qkv, a.pos, t.cos, t.sin, n, W, (c.Heads+c.KVHeadCount())*hd, hd)
+		attentionForward(p, ba.att, probs, ba.qkv, a.seqs, c.Heads, c.KVHeadCount(), hd)
 		copy(ba.xmid, ba.x)
 		linearForward(p, ba.xmid, ba.att, &b.o, n, true)
 		rmsnormForward(p, ba.hn2, ba.rstd2, ba.xmid, b.mlpNorm, n, D, eps)
@@ -387,11 +437,12 @@ func (t *NativeTrainer) forward(sel []int, keep bool) {
 func (t *NativeTrainer) backward(w []float32) {
 	c, a, p := t.mc, &t.a, t.pool
 	n, D, F, V, s := a.n, c.Dim, c.FFNDim, c.VocabSize, len(a.sel)
+	hd, Q, W := c.HeadDim(), c.Heads*c.HeadDim(), qkvWidth(c)
 	clear(t.grads)
 	logSoftmaxBackward(p, a.logits, a.inv, w, a.tgtSel, s, V, t.head.ldy)
 	dhsel := grow(&a.dhsel, s*D)
 	clear(dhsel)
-	linearBackward(p, dhsel, t.dEmb, a.logits, a.hsel, &t.head, s)
+	linearBackward(p, dhsel, t.dHead, a.logits, a.hsel, &t.head, s)
 	dhn := grow(&a.dhn, n*D)
 	clear(dhn)
 	for k, j := range a.sel {
@@ -399,9 +450,9 @@ func (t *NativeTrainer) backward(w []float32) {
 	}
 	dres := grow(&a.dres, n*D)
 	clear(dres)
-	partial := grow(&a.partial, rowChunks*D)
+	partial := grow(&a.partial, rowChunks*max(D, W))
 	rmsnormBackward(p, dres, t.dNorm, dhn, a.xf, t.norm, a.rstdF, partial, n, D)
-	dqkv, datt := grow(&a.dqkv, n*3*D), grow(&a.datt, n*D)
+	dqkv, datt := grow(&a.dqkv, n*W), grow(&a.datt, n*Q)
 	dgu, dact := grow(&a.dgu, n*2*F), grow(&a.dact, n*F)
 	for l := len(t.blocks) - 1; l >= 0; l-- {
 		b, ba := &t.blocks[l], &a.blocks[l]
@@ -417,8 +468,11 @@ func (t *NativeTrainer) backward(w []float32) {
 		clear(datt)
 		linearBackward(p, datt, b.dO, dres, ba.att, &b.o, n)
 		clear(dqkv)
-		attentionBackward(p, dqkv, datt, ba.probs, ba.qkv, a.seqs, D, c.Heads)
-		ropeBackward(p, dqkv, a.pos, t.cos, t.sin, n, 3*D, D, c.HeadDim())
+		attentionBackward(p, dqkv, datt, ba.probs, ba.qkv, a.seqs, c.Heads, c.KVHeadCount(), hd)
+		ropeBackward(p, dqkv, a.pos, t.cos, t.sin, n, W, (c.Heads+c.KVHeadCount())*hd, hd)
+		if b.qkvBias != nil {
+			biasBackward(p, b.dQKVBias, dqkv, partial, n, W)
+		}
 		clear(dhn)
 		linearBackward(p, dhn, b.dQKV, dqkv, ba.hn1, &b.qkv, n)
 		rmsnormBackward(p, dres, b.dAttnNorm, dhn, ba.x, b.attnNorm, ba.rstd1, partial, n, D)
@@ -633,7 +687,8 @@ func ResolveTrainer(choice string, b BackendConfig) (string, error) {
 
 // NativeTrainerState is a NativeTrainer's optimiser state, for exact
 // resumes: the steps taken and AdamW's moments, each one buffer over the
-// model's weights in checkpoint order.
+// model's weights in the trainer's order (checkpoint order, with each
+// layer's q, k and v biases after its v weight).
 type NativeTrainerState struct {
 	Step int
 	M, V []float32

@@ -128,16 +128,16 @@ func rmsnormBackward(pool *cpuPool, dx, dg, dout, x, g, rstd, partial []float32,
 	}
 }
 
-// ropeForward rotates, in place, the first `parts` blocks of d columns of
-// each row of qkv [n, width] (queries and keys), head by head, at the
+// ropeForward rotates, in place, the first rot columns of each row of qkv
+// [n, width] (the queries' and the keys' heads), head by head, at the
 // position pos[j] of row j: x·cos + rotate_half(x)·sin.
-func ropeForward(pool *cpuPool, qkv []float32, pos []int, cos, sin []float32, n, width, d, hd int) {
+func ropeForward(pool *cpuPool, qkv []float32, pos []int, cos, sin []float32, n, width, rot, hd int) {
 	half := hd / 2
 	pool.run(n, 64, func(lo, hi int) {
 		for j := lo; j < hi; j++ {
 			cs, sn := cos[pos[j]*half:(pos[j]+1)*half], sin[pos[j]*half:(pos[j]+1)*half]
-			row := qkv[j*width : j*width+2*d]
-			for h := 0; h < 2*d; h += hd {
+			row := qkv[j*width : j*width+rot]
+			for h := 0; h < rot; h += hd {
 				rotate(row[h:h+hd], cs, sn)
 			}
 		}
@@ -146,13 +146,13 @@ func ropeForward(pool *cpuPool, qkv []float32, pos []int, cos, sin []float32, n,
 
 // ropeBackward maps, in place, the gradients of the rotated queries and
 // keys in dqkv to those of the unrotated ones: the rotation's transpose.
-func ropeBackward(pool *cpuPool, dqkv []float32, pos []int, cos, sin []float32, n, width, d, hd int) {
+func ropeBackward(pool *cpuPool, dqkv []float32, pos []int, cos, sin []float32, n, width, rot, hd int) {
 	half := hd / 2
 	pool.run(n, 64, func(lo, hi int) {
 		for j := lo; j < hi; j++ {
 			cs, sn := cos[pos[j]*half:(pos[j]+1)*half], sin[pos[j]*half:(pos[j]+1)*half]
-			row := dqkv[j*width : j*width+2*d]
-			for h := 0; h < 2*d; h += hd {
+			row := dqkv[j*width : j*width+rot]
+			for h := 0; h < rot; h += hd {
 				x1, x2 := row[h:h+half], row[h+half:h+hd]
 				for i, c := range cs {
 					a, b := x1[i], x2[i]
@@ -162,6 +162,34 @@ func ropeBackward(pool *cpuPool, dqkv []float32, pos []int, cos, sin []float32, 
 			}
 		}
 	})
+}
+
+// biasForward adds the bias b [width] to every row of y [n, width].
+func biasForward(pool *cpuPool, y, b []float32, n, width int) {
+	pool.run(n, 64, func(lo, hi int) {
+		for j := lo; j < hi; j++ {
+			axpy(y[j*width:(j+1)*width], 1, b)
+		}
+	})
+}
+
+// biasBackward accumulates into db [width] the column sums of dy [n,
+// width]. partial is scratch of rowChunks·width floats.
+func biasBackward(pool *cpuPool, db, dy, partial []float32, n, width int) {
+	partial = partial[:rowChunks*width]
+	clear(partial)
+	per := (n + rowChunks - 1) / rowChunks
+	pool.run(rowChunks, 1, func(lo, hi int) {
+		for c := lo; c < hi; c++ {
+			pc := partial[c*width : (c+1)*width]
+			for j := c * per; j < min((c+1)*per, n); j++ {
+				axpy(pc, 1, dy[j*width:(j+1)*width])
+			}
+		}
+	})
+	for c := range rowChunks {
+		axpy(db, 1, partial[c*width:(c+1)*width])
+	}
 }
 
 // seqSpan is one sequence of the batch: its rows [off, off+len) in the
@@ -191,105 +219,114 @@ func causalBlocks(L int, f func(i0, i1 int)) {
 }
 
 // attentionForward computes causal softmax attention within each sequence:
-// for qkv [n, 3d] (rotated queries, rotated keys, values) it writes att
-// [n, d] and keeps the probabilities, per sequence and head a [len, len]
-// matrix (zero above the diagonal), in probs; with probs nil, a forward
-// with no backward, they are dropped after each head. Each sequence and head is one
-// parallel unit; its products run on the gemm micro-kernel.
-func attentionForward(pool *cpuPool, att, probs, qkv []float32, seqs []seqSpan, d, heads int) {
-	hd := d / heads
+// for qkv [n, (heads+2·kvHeads)·hd] (rotated queries, rotated keys, values,
+// head after head) it writes att [n, heads·hd] and keeps the probabilities,
+// per sequence and head a [len, len] matrix (zero above the diagonal), in
+// probs; with probs nil, a forward with no backward, they are dropped after
+// each head. Query head h reads key/value head h/(heads/kvHeads) (grouped-
+// query attention; every head its own when kvHeads = heads). Each sequence
+// and key/value head is one parallel unit, its group of query heads one
+// after the other; the products run on the gemm micro-kernel.
+func attentionForward(pool *cpuPool, att, probs, qkv []float32, seqs []seqSpan, heads, kvHeads, hd int) {
 	scale := float32(1 / math.Sqrt(float64(hd)))
-	w := 3 * d
-	pool.run(len(seqs)*heads, 1, func(lo, hi int) {
+	group, dq := heads/kvHeads, heads*hd
+	w, dk := dq+2*kvHeads*hd, kvHeads*hd
+	pool.run(len(seqs)*kvHeads, 1, func(lo, hi int) {
 		sc := attnScratchPool.Get().(*attnScratch)
 		defer attnScratchPool.Put(sc)
 		for u := lo; u < hi; u++ {
-			s, h := seqs[u/heads], u%heads
+			s, g := seqs[u/kvHeads], u%kvHeads
 			L := s.len
-			q, k, v := s.off*w+h*hd, s.off*w+d+h*hd, s.off*w+2*d+h*hd
-			var p []float32
-			if probs != nil {
-				p = probs[s.probOff+h*L*L : s.probOff+(h+1)*L*L]
-			} else {
-				p = grow(&sc.p, L*L)
-			}
-			// Scores q·kᵀ up to the diagonal, then a causal softmax of
-			// each row, then the output p·v.
+			k, v := s.off*w+dq+g*hd, s.off*w+dq+dk+g*hd
 			sc.b1.packCols(nil, qkv[k:], L, hd, w)
 			sc.b2.packRows(nil, qkv[v:], L, hd, w)
-			causalBlocks(L, func(i0, i1 int) {
-				kt := sc.b1.cols(i1)
-				gemm(nil, p[i0*L:], L, leftOperand{data: qkv[q+i0*w:], ld: w}, i1-i0, &kt, false)
-				for t := i0; t < i1; t++ {
-					pr := p[t*L : (t+1)*L]
-					mx := pr[0]
-					for _, x := range pr[:t+1] {
-						mx = max(mx, x)
-					}
-					inv := 1 / expAffine(pr[:t+1], pr[:t+1], scale, -scale*mx)
-					for j := range pr[:t+1] {
-						pr[j] *= inv
-					}
-					clear(pr[t+1:])
+			for h := g * group; h < (g+1)*group; h++ {
+				q := s.off*w + h*hd
+				var p []float32
+				if probs != nil {
+					p = probs[s.probOff+h*L*L : s.probOff+(h+1)*L*L]
+				} else {
+					p = grow(&sc.p, L*L)
 				}
-				vs := sc.b2.rows(0, i1)
-				gemm(nil, att[(s.off+i0)*d+h*hd:], d, leftOperand{data: p[i0*L:], ld: L}, i1-i0, &vs, false)
-			})
+				// Scores q·kᵀ up to the diagonal, then a causal softmax of
+				// each row, then the output p·v.
+				causalBlocks(L, func(i0, i1 int) {
+					kt := sc.b1.cols(i1)
+					gemm(nil, p[i0*L:], L, leftOperand{data: qkv[q+i0*w:], ld: w}, i1-i0, &kt, false)
+					for t := i0; t < i1; t++ {
+						pr := p[t*L : (t+1)*L]
+						mx := pr[0]
+						for _, x := range pr[:t+1] {
+							mx = max(mx, x)
+						}
+						inv := 1 / expAffine(pr[:t+1], pr[:t+1], scale, -scale*mx)
+						for j := range pr[:t+1] {
+							pr[j] *= inv
+						}
+						clear(pr[t+1:])
+					}
+					vs := sc.b2.rows(0, i1)
+					gemm(nil, att[(s.off+i0)*dq+h*hd:], dq, leftOperand{data: p[i0*L:], ld: L}, i1-i0, &vs, false)
+				})
+			}
 		}
 	})
 }
 
-// attentionBackward accumulates into dqkv [n, 3d] the gradients of the
-// rotated queries, rotated keys and values given datt [n, d]: with dS =
-// P·(dP − rowsum(P·dP))·scale for dP = dout·vᵀ, dv += Pᵀ·dout, dq += dS·k,
-// dk += dSᵀ·q.
-func attentionBackward(pool *cpuPool, dqkv, datt, probs, qkv []float32, seqs []seqSpan, d, heads int) {
-	hd := d / heads
+// attentionBackward accumulates into dqkv, laid out as qkv, the gradients of
+// the rotated queries, rotated keys and values given datt [n, heads·hd]:
+// with dS = P·(dP − rowsum(P·dP))·scale for dP = dout·vᵀ, dv += Pᵀ·dout,
+// dq += dS·k, dk += dSᵀ·q, each key/value head summing over its group of
+// query heads (one parallel unit, so no two write the same gradient).
+func attentionBackward(pool *cpuPool, dqkv, datt, probs, qkv []float32, seqs []seqSpan, heads, kvHeads, hd int) {
 	scale := float32(1 / math.Sqrt(float64(hd)))
-	w := 3 * d
-	pool.run(len(seqs)*heads, 1, func(lo, hi int) {
+	group, dq := heads/kvHeads, heads*hd
+	w, dk := dq+2*kvHeads*hd, kvHeads*hd
+	pool.run(len(seqs)*kvHeads, 1, func(lo, hi int) {
 		sc := attnScratchPool.Get().(*attnScratch)
 		defer attnScratchPool.Put(sc)
 		for u := lo; u < hi; u++ {
-			s, h := seqs[u/heads], u%heads
+			s, g := seqs[u/kvHeads], u%kvHeads
 			L := s.len
-			q, k, v := s.off*w+h*hd, s.off*w+d+h*hd, s.off*w+2*d+h*hd
-			do := s.off*d + h*hd
-			p := probs[s.probOff+h*L*L : s.probOff+(h+1)*L*L]
-			dp := grow(&sc.dp, L*L)
-			// dP and dS up to the diagonal.
-			sc.b1.packCols(nil, qkv[v:], L, hd, w)
-			causalBlocks(L, func(i0, i1 int) {
-				vt := sc.b1.cols(i1)
-				gemm(nil, dp[i0*L:], L, leftOperand{data: datt[do+i0*d:], ld: d}, i1-i0, &vt, false)
-				for t := i0; t < i1; t++ {
-					pr, dr := p[t*L:t*L+t+1], dp[t*L:t*L+t+1]
-					var sum float32
-					for j, x := range pr {
-						sum += x * dr[j]
+			k, v := s.off*w+dq+g*hd, s.off*w+dq+dk+g*hd
+			for h := g * group; h < (g+1)*group; h++ {
+				q, do := s.off*w+h*hd, s.off*dq+h*hd
+				p := probs[s.probOff+h*L*L : s.probOff+(h+1)*L*L]
+				dp := grow(&sc.dp, L*L)
+				// dP and dS up to the diagonal.
+				sc.b1.packCols(nil, qkv[v:], L, hd, w)
+				causalBlocks(L, func(i0, i1 int) {
+					vt := sc.b1.cols(i1)
+					gemm(nil, dp[i0*L:], L, leftOperand{data: datt[do+i0*dq:], ld: dq}, i1-i0, &vt, false)
+					for t := i0; t < i1; t++ {
+						pr, dr := p[t*L:t*L+t+1], dp[t*L:t*L+t+1]
+						var sum float32
+						for j, x := range pr {
+							sum += x * dr[j]
+						}
+						for j, x := range pr {
+							dr[j] = x * (dr[j] - sum) * scale
+						}
+						clear(dp[t*L+t+1 : (t+1)*L])
 					}
-					for j, x := range pr {
-						dr[j] = x * (dr[j] - sum) * scale
-					}
-					clear(dp[t*L+t+1 : (t+1)*L])
-				}
-			})
-			// dv += Pᵀ·dout and dk += dSᵀ·q: key rows [v0, v1) read the
-			// queries from v0 on; dq += dS·k: query rows read keys up to
-			// their block's end.
-			sc.b1.packRows(nil, datt[do:], L, hd, d)
-			sc.b2.packRows(nil, qkv[q:], L, hd, w)
-			causalBlocks(L, func(v0, v1 int) {
-				from := sc.b1.rows(v0, L)
-				gemm(nil, dqkv[v+v0*w:], w, leftOperand{data: p[v0*L+v0:], ld: L, trans: true}, v1-v0, &from, true)
-				from = sc.b2.rows(v0, L)
-				gemm(nil, dqkv[k+v0*w:], w, leftOperand{data: dp[v0*L+v0:], ld: L, trans: true}, v1-v0, &from, true)
-			})
-			sc.b1.packRows(nil, qkv[k:], L, hd, w)
-			causalBlocks(L, func(i0, i1 int) {
-				upTo := sc.b1.rows(0, i1)
-				gemm(nil, dqkv[q+i0*w:], w, leftOperand{data: dp[i0*L:], ld: L}, i1-i0, &upTo, true)
-			})
+				})
+				// dv += Pᵀ·dout and dk += dSᵀ·q: key rows [v0, v1) read the
+				// queries from v0 on; dq += dS·k: query rows read keys up to
+				// their block's end.
+				sc.b1.packRows(nil, datt[do:], L, hd, dq)
+				sc.b2.packRows(nil, qkv[q:], L, hd, w)
+				causalBlocks(L, func(v0, v1 int) {
+					from := sc.b1.rows(v0, L)
+					gemm(nil, dqkv[v+v0*w:], w, leftOperand{data: p[v0*L+v0:], ld: L, trans: true}, v1-v0, &from, true)
+					from = sc.b2.rows(v0, L)
+					gemm(nil, dqkv[k+v0*w:], w, leftOperand{data: dp[v0*L+v0:], ld: L, trans: true}, v1-v0, &from, true)
+				})
+				sc.b1.packRows(nil, qkv[k:], L, hd, w)
+				causalBlocks(L, func(i0, i1 int) {
+					upTo := sc.b1.rows(0, i1)
+					gemm(nil, dqkv[q+i0*w:], w, leftOperand{data: dp[i0*L:], ld: L}, i1-i0, &upTo, true)
+				})
+			}
 		}
 	})
 }
