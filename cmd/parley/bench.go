@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -64,17 +65,20 @@ func newBenchBrokerCmd() *cobra.Command {
 func newBenchGatewayCmd() *cobra.Command {
 	cfg := bench.DefaultGatewayConfig()
 	var out, redisAddr, checkpoint string
+	var brokerInProcess, stubOnly bool
 	commitWindow := sessionlog.DefaultConfig().CommitWindow
 	cmd := &cobra.Command{
 		Use:   "gateway --redis-addr HOST:PORT [--out FILE.json]",
 		Short: "Requests/s and latency percentiles at 1, 16 and 64 sessions; stub vs real model; Kafka logging on vs off",
 		Long: `Drive a real gateway over loopback with 1, 16 and 64 concurrent sessions, with an instant
 stub engine (the gateway's own overhead) and with the real model (--checkpoint, or a random
-model of the default size), and with Kafka logging (an embedded broker and a spool) on and
+model of the default size), and with Kafka logging (a spool and an in-memory broker) on and
 off. A bare JSON echo handler, driven by the same client in the same run, is the yardstick:
 the report's "concurrency" rows give bare, gateway and gateway-with-logging requests/s and the
-logging cost per number of sessions. Sessions live in the Redis at --redis-addr under a random
-prefix, deleted afterwards.`,
+logging cost per number of sessions, by requests/s and by CPU per request. The broker runs in a
+child process, as it runs beside a production gateway, and its CPU per request is reported
+apart from the bench process's (--broker-in-process puts it back in the bench process).
+Sessions live in the Redis at --redis-addr under a random prefix, deleted afterwards.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -88,13 +92,13 @@ prefix, deleted afterwards.`,
 				return err
 			}
 			defer stop()
-			kafka, err := broker.New(0, "")
+			brokers, stopBroker, brokerCPU, err := benchBroker(brokerInProcess)
 			if err != nil {
 				return err
 			}
-			defer kafka.Close()
+			defer stopBroker()
 			lcfg := sessionlog.DefaultConfig()
-			lcfg.Brokers, lcfg.SpoolDir = kafka.ListenAddrs(), filepath.Join(os.TempDir(), fmt.Sprintf("parley-bench-spool-%d", os.Getpid()))
+			lcfg.Brokers, lcfg.SpoolDir = brokers, filepath.Join(os.TempDir(), fmt.Sprintf("parley-bench-spool-%d", os.Getpid()))
 			lcfg.CommitWindow = commitWindow
 			defer os.RemoveAll(lcfg.SpoolDir)
 			events, err := sessionlog.New(lcfg, nil, nil, nil)
@@ -105,7 +109,12 @@ prefix, deleted afterwards.`,
 			defer cancel()
 			go events.Run(runCtx) //nolint:errcheck // stops with the bench
 			defer events.Close()
-			cfg.Redis, cfg.Engine, cfg.Events = rdb, gateway.FromEngine(eng), events
+			cfg.Redis, cfg.Events, cfg.BrokerCPU = rdb, events, brokerCPU
+			if stubOnly {
+				cfg.Tokenizer = eng.Tokenizer()
+			} else {
+				cfg.Engine = gateway.FromEngine(eng)
+			}
 			rep, err := bench.RunGateway(ctx, cfg, cmd.OutOrStdout())
 			if err != nil {
 				return err
@@ -119,8 +128,32 @@ prefix, deleted afterwards.`,
 	f.IntSliceVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "concurrent sessions measured")
 	f.DurationVar(&cfg.Duration, "duration", cfg.Duration, "time per point")
 	f.DurationVar(&commitWindow, "spool-commit-window", commitWindow, "the spool's commit window with logging on (0: every event waits for its fsync)")
+	f.BoolVar(&brokerInProcess, "broker-in-process", false, "run the Kafka broker in the bench process, whose CPU then includes it")
+	f.BoolVar(&stubOnly, "stub-only", false, "skip the real-model points (the engine is started only for its tokenizer)")
 	f.StringVar(&out, "out", "", "write the report as JSON to this file")
 	return cmd
+}
+
+// benchBroker starts the gateway bench's Kafka broker: in a child process
+// (`parley bench broker`), with a func that reads its CPU time, or with
+// inProcess in this one, with no such func.
+func benchBroker(inProcess bool) (addrs []string, stop func(), cpu func() time.Duration, err error) {
+	if inProcess {
+		k, err := broker.New(0, "")
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		return k.ListenAddrs(), k.Close, nil, nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("bench gateway: %w", err)
+	}
+	k, err := bench.StartBroker([]string{self, "bench", "broker"})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return k.Addrs, k.Stop, k.CPU, nil
 }
 
 func newBenchRolloutCmd() *cobra.Command {

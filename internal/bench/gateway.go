@@ -10,6 +10,8 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -39,6 +41,12 @@ type GatewayConfig struct {
 	Concurrency []int
 	// Duration is how long each point runs.
 	Duration time.Duration
+	// BrokerCPU, when the Kafka broker runs in a process of its own (as it
+	// does beside a production gateway), reads the CPU time it has used, so
+	// that the broker's CPU per request is reported apart from the bench
+	// process's; nil when the broker runs in the bench process, whose CPU
+	// then includes it.
+	BrokerCPU func() time.Duration
 	// Gateway is the server's configuration; Addr, KeyPrefix, the rate
 	// limits and MaxTurns are overridden for the bench.
 	Gateway gateway.Config
@@ -88,6 +96,15 @@ type ConcurrencyPoint struct {
 	// LoggingCost is the throughput logging takes: 1 − logging on ÷ off
 	// (0 is free; absent without logging).
 	LoggingCost float64 `json:"logging_cost,omitempty"`
+	// LoggingCostCPU is logging's cost in the bench process's CPU per
+	// request: 1 − off ÷ on. With the broker in a child process that is the
+	// gateway's own cost (the spool, the drain and the Kafka producer, and
+	// the scheduling around them); with the broker in the process it
+	// includes the broker's.
+	LoggingCostCPU float64 `json:"logging_cost_cpu,omitempty"`
+	// LoggingCostCPUWithBroker counts the child broker's CPU per request
+	// too: 1 − off ÷ (on + broker); absent with the broker in the process.
+	LoggingCostCPUWithBroker float64 `json:"logging_cost_cpu_with_broker,omitempty"`
 }
 
 // GatewayPoint is one measured configuration: messages over loopback.
@@ -107,6 +124,12 @@ type GatewayPoint struct {
 	// broker, not Redis) per request. Unlike requests/s it hardly moves
 	// with what else the machine runs.
 	CPUMSPerRequest float64 `json:"cpu_ms_per_request"`
+	// BrokerCPUMSPerRequest is the CPU time of the broker in its own
+	// process per request; absent with the broker in the bench process.
+	BrokerCPUMSPerRequest float64 `json:"broker_cpu_ms_per_request,omitempty"`
+	// RedisCPUMSPerRequest is redis-server's CPU time per request (from
+	// INFO cpu, so anything else the server did in the meantime counts).
+	RedisCPUMSPerRequest float64 `json:"redis_cpu_ms_per_request,omitempty"`
 }
 
 // LoggingOverhead is logging on against off at one concurrency: the
@@ -178,7 +201,7 @@ func RunGateway(ctx context.Context, cfg GatewayConfig, w io.Writer) (GatewayRep
 		}
 	}
 	var rep GatewayReport
-	fmt.Fprintf(w, "%-6s %-8s %5s %9s %7s %9s %9s %9s %9s\n", "engine", "logging", "conc", "req/s", "errors", "p50 ms", "p95 ms", "p99 ms", "cpu ms/r")
+	fmt.Fprintf(w, "%-6s %-8s %5s %9s %7s %9s %9s %9s %9s %9s %9s\n", "engine", "logging", "conc", "req/s", "errors", "p50 ms", "p95 ms", "p99 ms", "cpu ms/r", "broker", "redis")
 	for _, st := range steps {
 		var p GatewayPoint
 		var err error
@@ -192,11 +215,13 @@ func RunGateway(ctx context.Context, cfg GatewayConfig, w io.Writer) (GatewayRep
 		}
 		p.Engine, p.Logging = st.engine, st.sink != nil && st.sink != discardSink{}
 		rep.Points = append(rep.Points, p)
-		fmt.Fprintf(w, "%-6s %-8v %5d %9.1f %7d %9.2f %9.2f %9.2f %9.3f\n", p.Engine, p.Logging, p.Concurrency, p.RPS, p.Errors, p.P50MS, p.P95MS, p.P99MS, p.CPUMSPerRequest)
+		fmt.Fprintf(w, "%-6s %-8v %5d %9.1f %7d %9.2f %9.2f %9.2f %9.3f %9.3f %9.3f\n", p.Engine, p.Logging, p.Concurrency, p.RPS, p.Errors, p.P50MS, p.P95MS, p.P99MS,
+			p.CPUMSPerRequest, p.BrokerCPUMSPerRequest, p.RedisCPUMSPerRequest)
 	}
 	rep.Concurrency = concurrencyPoints(rep.Points, cfg.Concurrency)
 	for _, c := range rep.Concurrency {
-		fmt.Fprintf(w, "%d sessions: gateway ÷ bare %.3f, logging cost %.1f %%\n", c.Sessions, c.GatewayRPS/c.BareRPS, 100*c.LoggingCost)
+		fmt.Fprintf(w, "%d sessions: gateway ÷ bare %.3f, logging cost %.1f %% (by CPU: bench process %.1f %%, with the child broker %.1f %%)\n",
+			c.Sessions, c.GatewayRPS/c.BareRPS, 100*c.LoggingCost, 100*c.LoggingCostCPU, 100*c.LoggingCostCPUWithBroker)
 	}
 	if cfg.Events != nil {
 		for _, c := range cfg.Concurrency {
@@ -226,19 +251,26 @@ func concurrencyPoints(points []GatewayPoint, levels []int) []ConcurrencyPoint {
 	var out []ConcurrencyPoint
 	for _, c := range levels {
 		cp := ConcurrencyPoint{Sessions: c}
+		var off, on GatewayPoint
 		for _, p := range points {
 			switch {
 			case p.Concurrency != c:
 			case p.Engine == "bare":
 				cp.BareRPS = p.RPS
 			case p.Engine == "stub" && p.Logging:
-				cp.GatewayRPSLogging = p.RPS
+				cp.GatewayRPSLogging, on = p.RPS, p
 			case p.Engine == "stub":
-				cp.GatewayRPS = p.RPS
+				cp.GatewayRPS, off = p.RPS, p
 			}
 		}
 		if cp.GatewayRPS > 0 && cp.GatewayRPSLogging > 0 {
 			cp.LoggingCost = 1 - cp.GatewayRPSLogging/cp.GatewayRPS
+		}
+		if off.CPUMSPerRequest > 0 && on.CPUMSPerRequest > 0 {
+			cp.LoggingCostCPU = 1 - off.CPUMSPerRequest/on.CPUMSPerRequest
+			if on.BrokerCPUMSPerRequest > 0 {
+				cp.LoggingCostCPUWithBroker = 1 - off.CPUMSPerRequest/(on.CPUMSPerRequest+on.BrokerCPUMSPerRequest)
+			}
 		}
 		out = append(out, cp)
 	}
@@ -274,7 +306,7 @@ func gatewayPoint(ctx context.Context, gcfg gateway.Config, cfg GatewayConfig, g
 		return GatewayPoint{}, fmt.Errorf("bench gateway: %w", err)
 	}
 	defer stop() //nolint:errcheck // the point is measured
-	return drive(ctx, base, key, cfg.Duration, conc)
+	return drive(ctx, base, key, cfg.Duration, conc, meters(cfg))
 }
 
 // barePoint drives the bare echo handler as gatewayPoint drives a gateway.
@@ -286,7 +318,7 @@ func barePoint(ctx context.Context, cfg GatewayConfig, conc int) (GatewayPoint, 
 	srv := &http.Server{Handler: bareHandler(), ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln) //nolint:errcheck // Close ends it
 	defer srv.Close()
-	return drive(ctx, "http://"+ln.Addr().String(), "bare", cfg.Duration, conc)
+	return drive(ctx, "http://"+ln.Addr().String(), "bare", cfg.Duration, conc, meters(cfg))
 }
 
 // bareHandler answers the two routes the bench uses as an echo: the least
@@ -317,8 +349,43 @@ func bareHandler() http.Handler {
 	return mux
 }
 
+// cpuMeters read the CPU time of the processes a point uses besides the
+// bench's own; a nil one is not measured.
+type cpuMeters struct {
+	broker, redis func() time.Duration
+}
+
+func meters(cfg GatewayConfig) cpuMeters {
+	return cpuMeters{broker: cfg.BrokerCPU, redis: func() time.Duration { return redisCPU(cfg.Redis) }}
+}
+
+// redisCPU is the CPU time redis-server reports in INFO cpu (user and
+// system, of its main and other threads); 0 when it cannot be read.
+func redisCPU(rdb redis.UniversalClient) time.Duration {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	info, err := rdb.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0
+	}
+	var secs float64
+	for line := range strings.Lines(info) {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if k == "used_cpu_sys" || k == "used_cpu_user" {
+			f, _ := strconv.ParseFloat(v, 64)
+			secs += f
+		}
+	}
+	return time.Duration(secs * float64(time.Second))
+}
+
+// perRequest is CPU time d per request, in ms.
+func perRequest(d time.Duration, requests int) float64 {
+	return millis(d) / float64(max(1, requests))
+}
+
 // drive runs conc sessions against the player API at base for duration.
-func drive(ctx context.Context, base, key string, duration time.Duration, conc int) (GatewayPoint, error) {
+func drive(ctx context.Context, base, key string, duration time.Duration, conc int, m cpuMeters) (GatewayPoint, error) {
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conc, MaxConnsPerHost: conc}}
 	defer hc.CloseIdleConnections()
 	c := &client.Client{BaseURL: base, APIKey: key, HTTP: hc}
@@ -341,6 +408,13 @@ func drive(ctx context.Context, base, key string, duration time.Duration, conc i
 		}
 	}
 	var wg sync.WaitGroup
+	read := func(f func() time.Duration) time.Duration {
+		if f == nil {
+			return 0
+		}
+		return f()
+	}
+	broker0, redis0 := read(m.broker), read(m.redis)
 	start, cpu0 := time.Now(), processCPU()
 	for i := range conc {
 		wg.Go(func() {
@@ -365,6 +439,7 @@ func drive(ctx context.Context, base, key string, duration time.Duration, conc i
 	}
 	wg.Wait()
 	secs, cpu := time.Since(start).Seconds(), processCPU()-cpu0
+	brokerUsed, redisUsed := read(m.broker)-broker0, read(m.redis)-redis0
 	if ctx.Err() != nil {
 		return GatewayPoint{}, ctx.Err()
 	}
@@ -374,7 +449,8 @@ func drive(ctx context.Context, base, key string, duration time.Duration, conc i
 	return GatewayPoint{
 		Concurrency: conc, Requests: len(lat), Errors: errs, Seconds: secs, RPS: float64(len(lat)) / secs,
 		P50MS: abtest.Percentile(lat, 50), P95MS: abtest.Percentile(lat, 95), P99MS: abtest.Percentile(lat, 99),
-		CPUMSPerRequest: millis(cpu) / float64(max(1, len(lat))),
+		CPUMSPerRequest: perRequest(cpu, len(lat)), BrokerCPUMSPerRequest: perRequest(brokerUsed, len(lat)),
+		RedisCPUMSPerRequest: perRequest(redisUsed, len(lat)),
 	}, nil
 }
 

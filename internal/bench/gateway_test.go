@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -53,6 +54,8 @@ func TestRunGateway(t *testing.T) {
 	cfg.Engine = gateway.FromEngine(startTinyEngine(t))
 	events := &countingSink{}
 	cfg.Events = events
+	var brokerReads atomic.Int64 // a broker whose CPU grows 1 ms a read
+	cfg.BrokerCPU = func() time.Duration { return time.Duration(brokerReads.Add(1)) * time.Millisecond }
 	cfg.Concurrency = []int{1, 4}
 	cfg.Duration = 300 * time.Millisecond
 	cfg.Gateway.Sampling.MaxTokens = 8
@@ -72,10 +75,13 @@ func TestRunGateway(t *testing.T) {
 			c.LoggingCost != 1-c.GatewayRPSLogging/c.GatewayRPS {
 			t.Errorf("concurrency row %+v: want %d sessions, every rate and the logging cost", c, cfg.Concurrency[i])
 		}
+		if c.LoggingCostCPU == 0 || c.LoggingCostCPUWithBroker <= c.LoggingCostCPU {
+			t.Errorf("concurrency row %+v: want logging's cost by CPU, higher with the broker's CPU", c)
+		}
 	}
 	for _, p := range rep.Points {
-		if p.Requests == 0 || p.Errors != 0 || p.P99MS < p.P50MS || p.CPUMSPerRequest <= 0 {
-			t.Errorf("point %+v: want requests, no errors, p99 ≥ p50 and the CPU they took", p)
+		if p.Requests == 0 || p.Errors != 0 || p.P99MS < p.P50MS || p.CPUMSPerRequest <= 0 || p.BrokerCPUMSPerRequest <= 0 {
+			t.Errorf("point %+v: want requests, no errors, p99 ≥ p50 and the CPU they and the broker took", p)
 		}
 	}
 	if events.n.Load() == 0 {
@@ -84,5 +90,15 @@ func TestRunGateway(t *testing.T) {
 	keys, _ := r.Client.Keys(context.Background(), "parley-bench-*").Result()
 	if len(keys) != 0 {
 		t.Errorf("bench left %d keys in Redis", len(keys))
+	}
+}
+
+// TestProcCPU reads this process's CPU time from /proc as getrusage tells it.
+func TestProcCPU(t *testing.T) {
+	for start := time.Now(); time.Since(start) < 50*time.Millisecond; {
+	}
+	got, want := procCPU(os.Getpid()), processCPU()
+	if got <= 0 || got > want || want-got > 100*time.Millisecond {
+		t.Errorf("procCPU = %v, getrusage = %v; want it above 0, at most getrusage's and within 100 ms of it", got, want)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -143,17 +142,17 @@ func RunSoak(ctx context.Context, cfg SoakConfig, w io.Writer) (*SoakReport, err
 			return nil, err
 		}
 	}
-	kafka, err := startBroker(cfg.BrokerCommand)
+	kafka, err := StartBroker(cfg.BrokerCommand)
 	if err != nil {
 		return nil, err
 	}
-	defer kafka.stop()
+	defer kafka.Stop()
 	port, err := freePort()
 	if err != nil {
 		return nil, fmt.Errorf("bench soak: %w", err)
 	}
 	gcfg.RedisAddr, gcfg.DataDir, gcfg.Instance = cfg.RedisAddr, filepath.Join(work, "gateway"), "soak"
-	gcfg.SessionLog.Brokers = kafka.addrs
+	gcfg.SessionLog.Brokers = kafka.Addrs
 	gcfg.Gateway.Addr = "127.0.0.1:" + strconv.Itoa(port)
 	gcfg.Gateway.KeyPrefix = prefix
 	gcfg.Gateway.Sampling.MaxTokens = cfg.MaxTokens
@@ -195,7 +194,7 @@ func RunSoak(ctx context.Context, cfg SoakConfig, w io.Writer) (*SoakReport, err
 		return nil, errors.Join(err, stopGateway())
 	}
 
-	rep := driveSoak(ctx, cfg, c, kafka.pid, w)
+	rep := driveSoak(ctx, cfg, c, kafka.PID, w)
 	if err := stopGateway(); err != nil {
 		return rep, fmt.Errorf("bench soak: gateway: %w", err)
 	}
@@ -396,52 +395,4 @@ func publishRandomModel(ctx context.Context, root string) error {
 		return fmt.Errorf("bench soak: %w", err)
 	}
 	return nil
-}
-
-// childBroker is a Kafka broker in a child process.
-type childBroker struct {
-	addrs []string
-	pid   int
-	stop  func()
-}
-
-// startBroker runs command and reads the broker's addresses from the first
-// line it prints; stop closes its stdin and waits for it (killing it after
-// 10 s).
-func startBroker(command []string) (*childBroker, error) {
-	cmd := exec.Command(command[0], command[1:]...)
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, fmt.Errorf("bench soak: broker: %w", err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, fmt.Errorf("bench soak: broker: %w", err)
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("bench soak: start broker %q: %w", command, err)
-	}
-	exited := make(chan struct{})
-	stop := func() {
-		_ = stdin.Close()
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	}
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	go func() {
-		_, _ = io.Copy(io.Discard, stdout)
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	line = strings.TrimSpace(line)
-	if err != nil {
-		stop()
-		return nil, fmt.Errorf("bench soak: broker %q printed no address: %w", command, err)
-	}
-	return &childBroker{addrs: strings.Split(line, ","), pid: cmd.Process.Pid, stop: stop}, nil
 }
