@@ -41,7 +41,9 @@ type CycleConfig struct {
 	// RL is the AT-GRPO run; its Steps is K, the steps of one cycle.
 	RL     rl.Config       `json:"rl"`
 	Policy rl.PolicyConfig `json:"policy"`
-	// UserAgent is the user agent's prompt layout; keep it as trained.
+	// UserAgent is the user agent's prompt layout; keep it as trained. A
+	// version's own calibration, fitted by the refresh, replaces its
+	// Calibration (simulator.UserAgentConfig.ForVersion).
 	UserAgent simulator.UserAgentConfig `json:"user_agent"`
 	// Players is the ground-truth population the candidate and its parent
 	// are evaluated on (its held-out personas), seeded with PlayersSeed;
@@ -322,24 +324,16 @@ func (c *Cycle) RunOnce(ctx context.Context) (*CycleResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("at-grpo cycle: %w", err)
 	}
-	uaModel, uaTok, _, err := inference.LoadCheckpoint(reg.Dir(c.cfg.UserAgentModel, uaVersion), c.cfg.Backend)
-	if err != nil {
-		return nil, fmt.Errorf("at-grpo cycle: %w", err)
-	}
 	eng, stopEng, err := cycleEngine(model, chat, c.logger)
 	if err != nil {
 		return nil, fmt.Errorf("at-grpo cycle: %w", err)
 	}
 	defer stopEng()
-	uaEng, stopUA, err := cycleEngine(uaModel, inference.ParleyChatFormat(uaTok), c.logger)
+	ua, stopUA, err := serveUserAgent(reg.Dir(c.cfg.UserAgentModel, uaVersion), c.cfg.UserAgent, c.cfg.Backend, c.logger)
 	if err != nil {
 		return nil, fmt.Errorf("at-grpo cycle: %w", err)
 	}
 	defer stopUA()
-	ua, err := simulator.NewUserAgent(uaEng, c.cfg.UserAgent)
-	if err != nil {
-		return nil, fmt.Errorf("at-grpo cycle: %w", err)
-	}
 	maxSeq := model.Config().MaxSeq
 	pol, err := rl.NewChatPolicy(eng, chat, maxSeq, c.cfg.Policy)
 	if err != nil {

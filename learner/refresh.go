@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -43,6 +44,10 @@ type RefreshConfig struct {
 	// Referee is the referee gate a refreshed user agent must pass, after
 	// the fidelity gate, to be published.
 	Referee RefereeGateConfig `json:"referee"`
+	// MinCalibrationDecisions is the fewest continue-or-quit decisions of
+	// held-out sessions on which a refreshed user agent's calibration is
+	// fitted; with fewer it keeps the zero calibration.
+	MinCalibrationDecisions int `json:"min_calibration_decisions"`
 }
 
 // RefereeGateConfig configures the refresh's referee gate (issue 15): the
@@ -105,20 +110,22 @@ func (c RefereeGateConfig) Validate() error {
 
 // DefaultRefreshConfig refreshes every 200 new sessions or hour (with at
 // least 20), replaying half as many older ones, fine-tuning 100 steps at
-// the paper's SFT learning rate scaled to the small models (3e-4).
+// the paper's SFT learning rate scaled to the small models (3e-4), and
+// calibrates on at least 100 decisions.
 func DefaultRefreshConfig() RefreshConfig {
 	sft := DefaultSFTConfig(RoleUser)
 	sft.Steps = 100
 	sft.Train.LearningRate = 3e-4
 	return RefreshConfig{EverySessions: 200, Every: time.Hour, MinSessions: 20, ReplayShare: 0.5, SFT: sft, Poll: 5 * time.Second,
-		Referee: DefaultRefereeGateConfig()}
+		Referee: DefaultRefereeGateConfig(), MinCalibrationDecisions: 100}
 }
 
 // Validate reports the first bad field.
 func (c RefreshConfig) Validate() error {
 	switch {
-	case c.EverySessions < 0 || c.Every < 0 || c.MinSessions < 0:
-		return fmt.Errorf("refresh config: every %d sessions, every %v, min %d must not be negative", c.EverySessions, c.Every, c.MinSessions)
+	case c.EverySessions < 0 || c.Every < 0 || c.MinSessions < 0 || c.MinCalibrationDecisions < 0:
+		return fmt.Errorf("refresh config: every %d sessions, every %v, min %d sessions, min %d calibration decisions must not be negative",
+			c.EverySessions, c.Every, c.MinSessions, c.MinCalibrationDecisions)
 	case c.EverySessions == 0 && c.Every == 0:
 		return errors.New("refresh config: set every_sessions or every")
 	case c.ReplayShare < 0 || c.RhoTolerance < 0:
@@ -180,7 +187,8 @@ type refreshState struct {
 }
 
 // refreshOutcome is the verdict of a refresh's fidelity and referee gates,
-// the values they judged and the last training loss.
+// the values they judged, the calibration fitted to the refreshed agent
+// and the last training loss.
 type refreshOutcome struct {
 	Published         bool    `json:"published"`
 	RhoBefore         float64 `json:"rho_before"`
@@ -194,6 +202,44 @@ type refreshOutcome struct {
 	// refused first).
 	RefereeBefore *rl.RefereeReport `json:"referee_before,omitempty"`
 	RefereeAfter  *rl.RefereeReport `json:"referee_after,omitempty"`
+	// Calibration is what the refresh fitted; nil when the fidelity gate
+	// refused first.
+	Calibration *refreshCalibration `json:"calibration,omitempty"`
+}
+
+// refreshCalibration is the calibration fitted to a refreshed user agent
+// (simulator.FitCalibration) on Decisions decisions of Sessions held-out
+// sessions; Fitted is false, and the calibration zero, when they were too
+// few or held no quit or no continue.
+type refreshCalibration struct {
+	Fitted    bool    `json:"fitted"`
+	Scale     float64 `json:"scale"`
+	Offset    float64 `json:"offset"`
+	Decisions int     `json:"decisions"`
+	Sessions  int     `json:"sessions"`
+}
+
+// metrics are the manifest metrics that carry a fitted calibration with
+// the version (simulator.UserAgentConfig.ForVersion reads them); none
+// when nothing was fitted.
+func (c *refreshCalibration) metrics() map[string]float64 {
+	if c == nil || !c.Fitted {
+		return nil
+	}
+	return map[string]float64{simulator.MetricCalibrationScale: c.Scale, simulator.MetricCalibrationOffset: c.Offset,
+		simulator.MetricCalibrationDecisions: float64(c.Decisions)}
+}
+
+// gateFindings is what a refresh's gate found besides its verdict.
+type gateFindings struct {
+	// accepted is the verdict: TrainSFT is told never to publish, the
+	// refresh publishes with the calibration (refresher.publish).
+	accepted bool
+	// calibration is the refreshed agent's (nil when the fidelity gate
+	// refused first); refereeBefore and refereeAfter are the referee's
+	// reports of the current and the calibrated refreshed agent.
+	calibration                 *refreshCalibration
+	refereeBefore, refereeAfter *rl.RefereeReport
 }
 
 // refresher fine-tunes the user agent on windows of the store.
@@ -260,8 +306,9 @@ func (r *refresher) run(ctx context.Context) error {
 }
 
 // refresh fine-tunes the current user agent on the sessions stored since
-// the last refresh plus a replay sample of older ones, and publishes the
-// result only if FidelityGate accepts it.
+// the last refresh plus a replay sample of older ones, fits its
+// calibration on the held-out players' sessions, and publishes the result,
+// the calibration in its manifest, only if the gates accept it.
 func (r *refresher) refresh(ctx context.Context) (*SFTResult, error) {
 	upTo := r.state.InProgressUpTo
 	if upTo <= r.state.TrainedUpTo || upTo > r.store.Len() {
@@ -291,8 +338,15 @@ func (r *refresher) refresh(ctx context.Context) (*SFTResult, error) {
 		return nil, fmt.Errorf("refresh: %w", err)
 	}
 	cfg.Parent = parent
-	var before, after *rl.RefereeReport
-	cfg.Gate = r.gate(parent, window, &before, &after)
+	var found gateFindings
+	gate := r.gate(parent, window, &found)
+	// TrainSFT trains and gates but never publishes (it logs "not
+	// published"): the refresh does, with the calibration in the manifest.
+	cfg.Gate = func(ctx context.Context, mb, ma Metrics, m *inference.Model, tok *inference.Tokenizer) (bool, string, error) {
+		ok, why, err := gate(ctx, mb, ma, m, tok)
+		found.accepted = ok
+		return false, why, err
+	}
 	cfg.RunID = fmt.Sprintf("refresh-%s-%06d", cfg.Model, r.state.Refreshes+1)
 	cfg.SkipEvalBefore = false
 	r.logger.Info("user-agent refresh", "parent", parent, "new_sessions", upTo-r.state.TrainedUpTo, "replay", k)
@@ -314,11 +368,16 @@ func (r *refresher) refresh(ctx context.Context) (*SFTResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("refresh: %w", err)
 	}
+	if found.accepted {
+		if err := r.publish(ctx, cfg, window, res, found.calibration); err != nil {
+			return nil, fmt.Errorf("refresh: %w", err)
+		}
+	}
 	r.state.TrainedUpTo, r.state.InProgressUpTo, r.state.LastAt, r.state.LastReason = upTo, 0, r.now(), res.GateReason
 	r.state.Refreshes++
 	r.state.Last = &refreshOutcome{Published: res.Published, RhoBefore: res.Before.Rho, RhoAfter: res.After.Rho,
 		TermLogLossBefore: res.Before.TermLogLoss, TermLogLossAfter: res.After.TermLogLoss,
-		RefereeBefore: before, RefereeAfter: after}
+		RefereeBefore: found.refereeBefore, RefereeAfter: found.refereeAfter, Calibration: found.calibration}
 	if n := len(res.Losses); n > 0 {
 		r.state.Last.Loss = float64(res.Losses[n-1])
 	}
@@ -328,23 +387,107 @@ func (r *refresher) refresh(ctx context.Context) (*SFTResult, error) {
 	}
 	r.logger.Info("user-agent refresh done", "published", res.Published, "version", res.Version, "gate", res.GateReason,
 		"rho_before", res.Before.Rho, "rho_after", res.After.Rho,
-		"log_loss_before", res.Before.TermLogLoss, "log_loss_after", res.After.TermLogLoss)
+		"log_loss_before", res.Before.TermLogLoss, "log_loss_after", res.After.TermLogLoss,
+		slog.Group("calibration", calibrationAttrs(found.calibration)...))
 	if err := r.save(); err != nil {
 		return res, fmt.Errorf("refresh: %w", err)
 	}
 	return res, nil
 }
 
-// gate is a refresh's publication rule: FidelityGate, then, when it
-// accepts, the referee gate. The referee's reports of the current
-// (parent) and the refreshed agent are left in before and after.
-func (r *refresher) gate(parent string, window []schema.Dialogue, before, after **rl.RefereeReport) func(context.Context, Metrics, Metrics, *inference.Model, *inference.Tokenizer) (bool, string, error) {
+// publish puts the refreshed user agent that TrainSFT trained and gated
+// into the registry with TrainSFT's manifest, its metrics carrying the
+// fitted calibration, so whoever loads the version serves it calibrated.
+// (A refresh restarted after publishing trains again from the published
+// version, as its parent changed: TrainSFT's published marker is of no
+// use to it.)
+func (r *refresher) publish(ctx context.Context, cfg SFTConfig, window []schema.Dialogue, res *SFTResult, cal *refreshCalibration) error {
+	steps := len(res.Losses)
+	tc := cfg.Train
+	if tc.WarmupSteps == 0 {
+		tc.WarmupSteps = int(cfg.WarmupShare * float64(steps))
+	}
+	train, _ := splitPlayers(window, cfg.HeldOutShare, cfg.Seed)
+	metrics := res.After.Map()
+	maps.Copy(metrics, cal.metrics())
+	man := schema.Manifest{Model: cfg.Model, Parent: cfg.Parent, Algorithm: "sft",
+		Hyperparameters: hyperparameters(cfg, tc, steps), DataWindow: dataWindow(train), Metrics: metrics}
+	var err error
+	if res.Manifest, err = publishModel(ctx, cfg.Registry, cfg.Version, cfg.DataDir, res.TrainedModel, res.Tokenizer, nil, man); err != nil {
+		return err
+	}
+	res.Published, res.Version = true, res.Manifest.Version
+	return nil
+}
+
+// calibrate fits the refreshed user agent m's calibration on the window's
+// sessions of the players held out of its training (SFT's split, a seeded
+// hash of the player id: no player is in both), each laid out as the
+// fidelity evaluation lays it out. Only what a deployment logs goes in:
+// who quit after which NPC turn. With fewer than MinCalibrationDecisions
+// decisions, or no quit or no continue among them, it fits nothing and
+// says why.
+func (r *refresher) calibrate(ctx context.Context, m *inference.Model, tok *inference.Tokenizer, window []schema.Dialogue) (*refreshCalibration, string, error) {
+	sft := r.cfg.SFT
+	train, heldOut := splitPlayers(window, sft.HeldOutShare, sft.Seed)
+	fit := &refreshCalibration{Sessions: len(heldOut)}
+	quits := 0
+	for _, s := range heldOut {
+		_, quit := simulator.DecisionQueries(s, nil, nil)
+		fit.Decisions += len(quit)
+		for _, q := range quit {
+			if q {
+				quits++
+			}
+		}
+	}
+	if fit.Decisions < max(r.cfg.MinCalibrationDecisions, 1) || quits == 0 || quits == fit.Decisions {
+		return fit, fmt.Sprintf("calibration kept at zero: %d decisions (%d quits) in %d held-out sessions; it needs %d with quits and continues",
+			fit.Decisions, quits, fit.Sessions, r.cfg.MinCalibrationDecisions), nil
+	}
+	ua, stop, err := userAgentOn(m, tok, sft.UserAgent, r.logger)
+	if err != nil {
+		return nil, "", fmt.Errorf("calibrate: %w", err)
+	}
+	defer stop()
+	risks := simulator.TrainingRisks(train, sft.MaxTurns)
+	demos := byPlayer(heldOut)
+	c, n, err := ua.FitCalibrationOn(ctx, heldOut, func(d schema.Dialogue) []simulator.PromptDialogue {
+		return promptDemos(pickDemos(demos[d.PlayerID], d), risks)
+	}, risks)
+	if err != nil {
+		return nil, "", fmt.Errorf("calibrate: %w", err)
+	}
+	fit.Fitted, fit.Scale, fit.Offset, fit.Decisions = true, c.Scale, c.Offset, n
+	return fit, fmt.Sprintf("calibration scale %.2f, offset %.2f on %d decisions (%d quits)", c.Scale, c.Offset, n, quits), nil
+}
+
+// calibrationAttrs are a calibration's values as log attributes; none for nil.
+func calibrationAttrs(c *refreshCalibration) []any {
+	if c == nil {
+		return nil
+	}
+	return []any{"fitted", c.Fitted, "scale", c.Scale, "offset", c.Offset, "decisions", c.Decisions, "sessions", c.Sessions}
+}
+
+// gate is a refresh's publication rule: FidelityGate on the agents as
+// trained, then, when it accepts, the calibration of the refreshed agent
+// (calibrate) and the referee gate on the calibrated agents, the current
+// one with the calibration its version carries. It leaves the calibration
+// and the referee's reports in found.
+func (r *refresher) gate(parent string, window []schema.Dialogue, found *gateFindings) func(context.Context, Metrics, Metrics, *inference.Model, *inference.Tokenizer) (bool, string, error) {
 	fidelity := FidelityGate(r.cfg.RhoTolerance)
 	return func(ctx context.Context, mb, ma Metrics, m *inference.Model, tok *inference.Tokenizer) (bool, string, error) {
 		ok, why := fidelity(mb, ma)
 		if !ok {
 			return false, why, nil
 		}
+		cal, cwhy, err := r.calibrate(ctx, m, tok, window)
+		if err != nil {
+			return false, "", err
+		}
+		found.calibration = cal
+		why += "; " + cwhy
 		rc := r.cfg.Referee
 		if rc.Players.Size == 0 {
 			return true, why, nil
@@ -363,21 +506,29 @@ func (r *refresher) gate(parent string, window []schema.Dialogue, before, after 
 		}
 		defer j.stop()
 		if parent != "" {
-			pm, ptok, _, err := inference.LoadCheckpoint(filepath.Join(r.registry, r.cfg.SFT.Model, parent), r.cfg.SFT.Backend)
+			ua, stop, err := serveUserAgent(filepath.Join(r.registry, r.cfg.SFT.Model, parent), rc.UserAgent, r.cfg.SFT.Backend, r.logger)
 			if err != nil {
 				return false, "", fmt.Errorf("referee: current user agent: %w", err)
 			}
-			if *before, err = j.judge(ctx, pm, ptok); err != nil {
+			found.refereeBefore, err = j.judge(ctx, ua)
+			stop()
+			if err != nil {
 				return false, "", fmt.Errorf("referee: current user agent %s: %w", parent, err)
 			}
 		}
-		if *after, err = j.judge(ctx, m, tok); err != nil {
+		ua, stop, err := userAgentOn(m, tok, rc.UserAgent.ForVersion(schema.Manifest{Metrics: cal.metrics()}), r.logger)
+		if err != nil {
 			return false, "", fmt.Errorf("referee: refreshed user agent: %w", err)
 		}
-		pass, rwhy := (*after).Pass(*before, rc.Thresholds)
+		defer stop()
+		if found.refereeAfter, err = j.judge(ctx, ua); err != nil {
+			return false, "", fmt.Errorf("referee: refreshed user agent: %w", err)
+		}
+		before, after := found.refereeBefore, found.refereeAfter
+		pass, rwhy := after.Pass(before, rc.Thresholds)
 		r.logger.Info("user-agent referee", "npc", npc, "parent", parent, "passed", pass, "reason", rwhy,
-			"seconds", time.Since(j.began).Seconds(), "groups", (*after).Groups, "ranked_groups", (*after).RankedGroups,
-			slog.Group("after", refereeAttrs(*after)...), slog.Group("before", refereeAttrs(*before)...))
+			"seconds", time.Since(j.began).Seconds(), "groups", after.Groups, "ranked_groups", after.RankedGroups,
+			slog.Group("after", refereeAttrs(after)...), slog.Group("before", refereeAttrs(before)...))
 		return pass, why + "; " + rwhy, nil
 	}
 }
@@ -443,17 +594,8 @@ func (j *referee) policy() (*rl.ModelPolicy, error) {
 	return rl.NewModelPolicy(j.npc, j.tok, j.maxSeq, j.cfg.Policy)
 }
 
-// judge serves the user agent m and measures it on the sample.
-func (j *referee) judge(ctx context.Context, m *inference.Model, tok *inference.Tokenizer) (*rl.RefereeReport, error) {
-	eng, stop, err := cycleEngine(m, inference.ParleyChatFormat(tok), j.logger)
-	if err != nil {
-		return nil, err
-	}
-	defer stop()
-	ua, err := simulator.NewUserAgent(eng, j.cfg.UserAgent)
-	if err != nil {
-		return nil, err
-	}
+// judge measures the user agent ua on the sample.
+func (j *referee) judge(ctx context.Context, ua *simulator.UserAgent) (*rl.RefereeReport, error) {
 	pol, err := j.policy()
 	if err != nil {
 		return nil, err
@@ -494,6 +636,31 @@ func (r *refresher) refereePrompts(pop *simulator.Population, window []schema.Di
 		}
 	}
 	return out
+}
+
+// serveUserAgent serves the user agent version in dir with cfg and the
+// calibration its manifest carries (simulator.UserAgentConfig.ForVersion):
+// how the AT-GRPO cycle and the referee load a published user agent. stop
+// ends its engine.
+func serveUserAgent(dir string, cfg simulator.UserAgentConfig, backend inference.BackendConfig, logger *slog.Logger) (ua *simulator.UserAgent, stop func(), err error) {
+	m, tok, man, err := inference.LoadCheckpoint(dir, backend)
+	if err != nil {
+		return nil, nil, err
+	}
+	return userAgentOn(m, tok, cfg.ForVersion(man), logger)
+}
+
+// userAgentOn serves the user agent model m with cfg until stop is called.
+func userAgentOn(m *inference.Model, tok *inference.Tokenizer, cfg simulator.UserAgentConfig, logger *slog.Logger) (ua *simulator.UserAgent, stop func(), err error) {
+	eng, stop, err := cycleEngine(m, inference.ParleyChatFormat(tok), logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	if ua, err = simulator.NewUserAgent(eng, cfg); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return ua, stop, nil
 }
 
 // currentVersion is the newest version of model in the registry at root,

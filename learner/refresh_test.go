@@ -262,12 +262,13 @@ func TestRefreshRefusedByTheReferee(t *testing.T) {
 
 	loose := rl.RefereeThresholds{MinKendallTau: -1, MinKendallTauCILow: -2, MinPearson: -1, MinSimRealAvgL: 0, MaxSimRealAvgL: 100, Tolerance: 2}
 	r.cfg.Referee.Thresholds = loose
-	var before, after *rl.RefereeReport
+	var found gateFindings
 	m, tok, _, err := inference.LoadCheckpoint(filepath.Join(base.Registry, base.Model, "v1"), base.Backend)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ok, why, err := r.gate("v1", ds, &before, &after)(ctx, Metrics{}, Metrics{}, m, tok)
+	ok, why, err := r.gate("v1", ds, &found)(ctx, Metrics{}, Metrics{}, m, tok)
+	before, after := found.refereeBefore, found.refereeAfter
 	if err != nil || !ok || before == nil || after == nil {
 		t.Errorf("gate with loose thresholds = %v (%s), %v; reports %v, %v; want it to measure both and accept", ok, why, err, before, after)
 	}
@@ -285,8 +286,9 @@ func TestRefereeGateOffOrSkipped(t *testing.T) {
 		why     string
 	}{{"off", 0, ""}, {"no npc version", 16, "referee skipped: no npc version"}} {
 		r.cfg.Referee.Players.Size = tc.players
-		var before, after *rl.RefereeReport
-		ok, why, err := r.gate("", nil, &before, &after)(context.Background(), Metrics{}, Metrics{}, nil, nil)
+		var found gateFindings
+		ok, why, err := r.gate("", nil, &found)(context.Background(), Metrics{}, Metrics{}, nil, nil)
+		before, after := found.refereeBefore, found.refereeAfter
 		if err != nil || !ok || !strings.Contains(why, tc.why) || before != nil || after != nil {
 			t.Errorf("%s: gate = %v (%s), %v, reports %v %v; want accepted with %q and no reports", tc.name, ok, why, err, before, after, tc.why)
 		}

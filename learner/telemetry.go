@@ -35,7 +35,8 @@ const (
 // and the user-agent refresh's runs with its gates' values (the fidelity
 // gate's ρ and termination log-loss and, when the referee measured them,
 // its τ, τ's CI, Pearson and simulated/real Avg.L, of the current agent
-// before and the refreshed one after) and its last training loss.
+// before and the refreshed one after), the calibration fitted to the
+// refreshed agent and its last training loss.
 // Unregister the returned registration before the learner goes away.
 func (l *Learner) RegisterMetrics(meter metric.Meter) (metric.Registration, error) {
 	var errs []error
@@ -56,7 +57,7 @@ func (l *Learner) RegisterMetrics(meter metric.Meter) (metric.Registration, erro
 	pub := counter(metricRefreshPub, "User-agent refreshes whose version the fidelity gate published.")
 	lastRun := gauge(metricRefreshLastRun, "Unix time of the last refresh (or postponement).", "s")
 	accepted := gauge(metricRefreshAccepted, "1 when the fidelity gate published the last refresh this process ran, else 0.", "")
-	gate := gauge(metricRefreshGate, "The gates' inputs of the last refresh, of the user agent before and after: stat rho or term_log_loss (fidelity gate), kendall_tau, kendall_tau_ci_low, kendall_tau_ci_high, pearson or sim_real_avg_l (referee gate, when it measured them).", "")
+	gate := gauge(metricRefreshGate, "The gates' inputs of the last refresh, of the user agent before and after: stat rho or term_log_loss (fidelity gate), kendall_tau, kendall_tau_ci_low, kendall_tau_ci_high, pearson or sim_real_avg_l (referee gate, when it measured them); calibration_scale, calibration_offset (0 and 0: none fitted) or calibration_decisions of the refreshed agent (side after).", "")
 	loss := gauge(metricRefreshLoss, "Training loss of the last step of the last refresh.", "")
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -105,6 +106,14 @@ func (l *Learner) RegisterMetrics(meter metric.Meter) (metric.Registration, erro
 					{"kendall_tau_ci_high", side.rep.KendallTauCIHigh}, {"pearson", side.rep.Pearson}, {"sim_real_avg_l", side.rep.SimRealAvgL},
 				} {
 					o.ObserveFloat64(gate, v.value, metric.WithAttributes(attribute.String("stat", v.stat), attribute.String("side", side.name)))
+				}
+			}
+			if c := last.Calibration; c != nil {
+				for _, v := range []struct {
+					stat  string
+					value float64
+				}{{"calibration_scale", c.Scale}, {"calibration_offset", c.Offset}, {"calibration_decisions", float64(c.Decisions)}} {
+					o.ObserveFloat64(gate, v.value, metric.WithAttributes(attribute.String("stat", v.stat), attribute.String("side", "after")))
 				}
 			}
 			o.ObserveFloat64(loss, last.Loss)

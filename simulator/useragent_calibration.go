@@ -133,6 +133,28 @@ func (u *UserAgent) FitCalibrationOn(ctx context.Context, sessions []schema.Dial
 	return c, len(ds), err
 }
 
+// The manifest metrics under which a published user agent version carries
+// the calibration fitted to it and the number of decisions it was fitted
+// on (learner's refresh).
+const (
+	MetricCalibrationScale     = "calibration_scale"
+	MetricCalibrationOffset    = "calibration_offset"
+	MetricCalibrationDecisions = "calibration_decisions"
+)
+
+// ForVersion returns c with the calibration that a user agent version's
+// manifest carries (MetricCalibrationScale, MetricCalibrationOffset), so
+// whoever serves the version gets its P_T calibrated; c as it is when the
+// version carries none.
+func (c UserAgentConfig) ForVersion(man schema.Manifest) UserAgentConfig {
+	scale, ok := man.Metrics[MetricCalibrationScale]
+	if !ok {
+		return c
+	}
+	c.Calibration = Calibration{Scale: scale, Offset: man.Metrics[MetricCalibrationOffset]}
+	return c
+}
+
 // WithCalibration returns a user agent on the same engine whose P_T goes
 // through c.
 func (u *UserAgent) WithCalibration(c Calibration) (*UserAgent, error) {

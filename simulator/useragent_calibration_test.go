@@ -101,3 +101,15 @@ func TestDecisionQueries(t *testing.T) {
 		}
 	}
 }
+
+func TestUserAgentConfigForVersion(t *testing.T) {
+	base := DefaultUserAgentConfig()
+	base.Calibration = Calibration{Scale: 2}
+	fitted := schema.Manifest{Metrics: map[string]float64{"rho": 0.4, MetricCalibrationScale: 0.7, MetricCalibrationOffset: -1.5, MetricCalibrationDecisions: 120}}
+	if got := base.ForVersion(fitted).Calibration; got != (Calibration{Scale: 0.7, Offset: -1.5}) {
+		t.Errorf("ForVersion(fitted).Calibration = %+v; want {0.7 -1.5}", got)
+	}
+	if got := base.ForVersion(schema.Manifest{Metrics: map[string]float64{"rho": 0.4}}).Calibration; got != base.Calibration {
+		t.Errorf("ForVersion(uncalibrated).Calibration = %+v; want the config's %+v", got, base.Calibration)
+	}
+}
