@@ -91,49 +91,8 @@ func newWithConfig(config string) (b backends.Backend, err error) {
 	return b, nil
 }
 
-// ErrUnsupported is returned when a model's architecture cannot run on the
-// decoder or trainer asked for.
-var ErrUnsupported = errors.New("inference: architecture not supported here")
-
-// CPUKernelsSupport returns nil when the native trainer's hand-written
-// kernels implement c, else an error wrapping ErrUnsupported naming the
-// first feature they lack. They implement Parley's own layout only:
-// multi-head attention, head dim Dim/Heads, no biases, tied embeddings and
-// unscaled rotary frequencies; the CPU decoder and the GoMLX graph (pure Go
-// or XLA) implement every ModelConfig.
-func (c ModelConfig) CPUKernelsSupport() error {
-	var feature string
-	switch {
-	case c.KVHeadCount() != c.Heads:
-		feature = fmt.Sprintf("grouped-query attention (%d key/value heads for %d heads)", c.KVHeadCount(), c.Heads)
-	case c.HeadDim()*c.Heads != c.Dim:
-		feature = fmt.Sprintf("head dim %d ≠ dim %d / heads %d", c.HeadDim(), c.Dim, c.Heads)
-	case c.QKVBias:
-		feature = "query/key/value biases"
-	case c.UntiedHead:
-		feature = "an untied lm_head"
-	case c.RopeScaling != nil:
-		feature = fmt.Sprintf("rope scaling %q", c.RopeScaling.RopeType)
-	default:
-		return nil
-	}
-	return fmt.Errorf("the native trainer does not implement %s, use the gomlx trainer: %w", feature, ErrUnsupported)
-}
-
-// ResolveModelTrainer is ResolveTrainer for the model m: it also keeps the
-// native trainer, which runs on the CPU kernels, off an architecture they do
-// not implement (CPUKernelsSupport), defaulting to gomlx there and refusing
-// an explicit native with an error wrapping ErrUnsupported.
+// ResolveModelTrainer is ResolveTrainer for the model m's backend: the
+// native trainer implements every architecture a ModelConfig describes.
 func ResolveModelTrainer(choice string, m *Model) (string, error) {
-	kind, err := ResolveTrainer(choice, m.bcfg)
-	if err != nil || kind != TrainerNative {
-		return kind, err
-	}
-	if err := m.cfg.CPUKernelsSupport(); err != nil {
-		if choice == "" {
-			return TrainerGoMLX, nil
-		}
-		return "", fmt.Errorf("trainer %s: %w", TrainerNative, err)
-	}
-	return kind, nil
+	return ResolveTrainer(choice, m.bcfg)
 }

@@ -132,9 +132,6 @@ func TestOpenWeightsConfigFamilies(t *testing.T) {
 			if got.Params() != tc.params {
 				t.Errorf("Params() = %d; want %d", got.Params(), tc.params)
 			}
-			if err := got.CPUKernelsSupport(); !errors.Is(err, ErrUnsupported) {
-				t.Errorf("CPUKernelsSupport() = %v; want ErrUnsupported (grouped-query attention)", err)
-			}
 		})
 	}
 }
@@ -175,8 +172,7 @@ func TestOpenWeightsConfigRefusals(t *testing.T) {
 }
 
 // TestOpenWeightsConfigOwnCheckpoint checks that Parley's own config.json
-// reads back as the config it was written from, and that a default config
-// still runs on the CPU kernels.
+// reads back as the config it was written from.
 func TestOpenWeightsConfigOwnCheckpoint(t *testing.T) {
 	dir, m, _ := saveTiny(t)
 	got, err := ReadHFConfig(dir + "/" + ConfigFile)
@@ -185,8 +181,5 @@ func TestOpenWeightsConfigOwnCheckpoint(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, m.Config()) {
 		t.Fatalf("ReadHFConfig = %+v; want %+v", got, m.Config())
-	}
-	if err := DefaultModelConfig().CPUKernelsSupport(); err != nil {
-		t.Fatalf("default config: %v", err)
 	}
 }

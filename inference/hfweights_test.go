@@ -399,18 +399,17 @@ func TestOpenWeightsTrainsOnGoMLX(t *testing.T) {
 }
 
 // TestOpenWeightsTrainerChoice checks that the native trainer, whose CPU
-// kernels implement Parley's own layout only, is kept off the imported
-// architectures.
+// kernels implement the imported architectures too, is their default on the
+// pure-Go backend.
 func TestOpenWeightsTrainerChoice(t *testing.T) {
 	gqa, err := NewModel(gqaTestConfig(), DefaultBackendConfig(), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if kind, err := ResolveModelTrainer("", gqa); err != nil || kind != TrainerGoMLX {
-		t.Errorf("default trainer for grouped-query attention = %q, %v; want %q", kind, err, TrainerGoMLX)
-	}
-	if _, err := ResolveModelTrainer(TrainerNative, gqa); !errors.Is(err, ErrUnsupported) {
-		t.Errorf("native trainer for grouped-query attention: %v; want ErrUnsupported", err)
+	for _, choice := range []string{"", TrainerNative} {
+		if kind, err := ResolveModelTrainer(choice, gqa); err != nil || kind != TrainerNative {
+			t.Errorf("trainer %q for grouped-query attention = %q, %v; want %q", choice, kind, err, TrainerNative)
+		}
 	}
 	if kind, err := ResolveModelTrainer("", newTinyModel(t, 1)); err != nil || kind != TrainerNative {
 		t.Errorf("default trainer for Parley's layout = %q, %v; want %q", kind, err, TrainerNative)

@@ -118,7 +118,7 @@ func loadVersion(t *testing.T, dir string) (*inference.Model, *inference.ChatFor
 }
 
 // TestOpenWeightsFineTuneSFT fine-tunes an imported Qwen2 checkpoint as
-// the learner does: SFT from npc/v1 (the import) on GoMLX's graph, the loss
+// the learner does: SFT from npc/v1 (the import) on the native trainer, the loss
 // falls, and the published npc/v2 carries the chat template, reloads with
 // the trained weights and answers through the template as the import did.
 func TestOpenWeightsFineTuneSFT(t *testing.T) {
@@ -132,6 +132,9 @@ func TestOpenWeightsFineTuneSFT(t *testing.T) {
 
 	cfg := tinySFTConfig(t, RoleNPC)
 	cfg.Registry, cfg.Parent, cfg.Steps, cfg.DefaultCard = root, "v1", 12, shortCard
+	if import1, _ := loadVersion(t, filepath.Join(root, "npc", "v1")); !trainsNatively(t, cfg.Trainer, import1) {
+		t.Fatal("the import would not train on the native trainer")
+	}
 	res, err := TrainSFT(ctx, cfg, ds, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -256,7 +259,7 @@ func TestOpenWeightsFineTuneMask(t *testing.T) {
 
 // TestOpenWeightsFineTuneGRPOStep runs the RL policy and one GRPO update on
 // an imported Qwen2 checkpoint: the policy prompts in the chat template and
-// stops at <|im_end|>, and the update (GoMLX's graph) moves each sampled
+// stops at <|im_end|>, and the update (the native trainer) moves each sampled
 // turn's log-prob with its advantage's sign.
 func TestOpenWeightsFineTuneGRPOStep(t *testing.T) {
 	if testing.Short() {
@@ -296,6 +299,9 @@ func TestOpenWeightsFineTuneGRPOStep(t *testing.T) {
 	}
 	cfg := rl.DefaultUpdateConfig()
 	cfg.Train.LearningRate = 3e-3
+	if !trainsNatively(t, cfg.Trainer, m) {
+		t.Fatal("the import would not update on the native trainer")
+	}
 	u, err := rl.NewUpdater(m, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -322,6 +328,17 @@ func TestOpenWeightsFineTuneGRPOStep(t *testing.T) {
 	if st.GradSteps != 1 {
 		t.Errorf("update took %d gradient steps; want 1", st.GradSteps)
 	}
+}
+
+// trainsNatively reports whether the trainer choice resolves, for m, to
+// the native trainer, as TrainSFT and rl.NewUpdater resolve it.
+func trainsNatively(t *testing.T, choice string, m *inference.Model) bool {
+	t.Helper()
+	kind, err := inference.ResolveModelTrainer(choice, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kind == inference.TrainerNative
 }
 
 // servingEngine is an engine serving m in chat's format, as the gateway
