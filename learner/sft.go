@@ -83,6 +83,13 @@ type SFTConfig struct {
 	// decision competes with a dozen words of text per turn; a weight
 	// above 1 makes termination, the thing the agent is for, count more.
 	DecisionWeight float64 `json:"decision_weight"`
+	// SoftLabelDiagnostic, when set (RoleUser), trains every decision on
+	// the players' hidden hazard as a soft label instead of the decision
+	// the session logged (softDecisions): a diagnostic of the referee that
+	// tells its capacity from the noise of the logged labels
+	// (docs/experiments/referee-softlabels.md). A deployment never observes
+	// the hazard, so no product path sets it, and no config file can.
+	SoftLabelDiagnostic HiddenHazards `json:"-"`
 	// NPCCards maps an NPC id to its persona card, the system turn of its
 	// dialogues (RoleNPC); others get DefaultCard.
 	NPCCards    map[string]string `json:"npc_cards,omitempty"`
@@ -242,7 +249,7 @@ func TrainSFT(ctx context.Context, cfg SFTConfig, dialogues []schema.Dialogue, l
 	}
 	prompt := npcPrompt{cards: cfg.NPCCards, defaultCard: cfg.DefaultCard, chat: chat}
 	risks := simulator.TrainingRisks(train, cfg.MaxTurns)
-	insts, err := buildInstances(cfg.Role, tok, cfg.UserAgent, prompt, train, risks, m.Config().MaxSeq, float32(cfg.DecisionWeight))
+	insts, err := buildInstances(cfg.Role, tok, cfg.UserAgent, prompt, train, risks, m.Config().MaxSeq, float32(cfg.DecisionWeight), cfg.SoftLabelDiagnostic)
 	if err != nil {
 		return nil, fmt.Errorf("train sft: %w", err)
 	}

@@ -228,7 +228,15 @@ var errNoData = errors.New("no usable dialogues")
 // buildInstances renders the training instances of role.
 // decisionWeight multiplies the loss weight of the user agent's
 // [Continue] / [Terminate] token (1 weighs it like any text token).
-func buildInstances(role Role, tok *inference.Tokenizer, ua simulator.UserAgentConfig, prompt npcPrompt, ds []schema.Dialogue, risks []float64, maxSeq int, decisionWeight float32) ([]instance, error) {
+// hazards, when not nil (the soft-label diagnostic, RoleUser), replaces
+// each logged decision by the hidden hazard as a soft label
+// (softDecisions).
+func buildInstances(role Role, tok *inference.Tokenizer, ua simulator.UserAgentConfig, prompt npcPrompt, ds []schema.Dialogue, risks []float64, maxSeq int, decisionWeight float32, hazards HiddenHazards) ([]instance, error) {
+	cont, okC := tok.TokenID(inference.TokContinue)
+	term, okT := tok.TokenID(inference.TokTerminate)
+	if hazards != nil && (!okC || !okT) {
+		return nil, errors.New("soft labels: the tokenizer has no [Continue] or [Terminate] token")
+	}
 	players := byPlayer(ds)
 	var out []instance
 	for _, d := range ds {
@@ -253,6 +261,15 @@ func buildInstances(role Role, tok *inference.Tokenizer, ua simulator.UserAgentC
 					in.weights[spans[0][0]+1] *= decisionWeight
 				}
 			}
+			if hazards != nil {
+				h, err := hazards(d)
+				if err != nil {
+					return nil, fmt.Errorf("soft labels of %s: %w", d.SessionID, err)
+				}
+				if ins, err = softDecisions(ins, h, cont, term); err != nil {
+					return nil, fmt.Errorf("soft labels of %s: %w", d.SessionID, err)
+				}
+			}
 		}
 		for _, in := range ins {
 			if len(in.tokens) >= 2 && in.weighted() > 0 {
@@ -262,6 +279,51 @@ func buildInstances(role Role, tok *inference.Tokenizer, ua simulator.UserAgentC
 	}
 	if len(out) == 0 {
 		return nil, errNoData
+	}
+	return out, nil
+}
+
+// HiddenHazards gives, for a logged dialogue, the probability with which
+// its player would have ended it after each NPC turn, by exchange index.
+// Only a simulated population knows it; a deployment never observes it, so
+// it serves the soft-label diagnostic of the referee alone
+// (SFTConfig.SoftLabelDiagnostic).
+type HiddenHazards func(d schema.Dialogue) ([]float64, error)
+
+// softDecisions turns the instances of one dialogue, in turn order as
+// userInstances makes them, into soft-labelled ones: the decision of user
+// turn j ≥ 2, taken after NPC turn j−1 whose hidden hazard is
+// p = hazards[j−2], becomes two targets at the same position, [Terminate]
+// weighted p·w and [Continue] weighted (1−p)·w, w being the decision's
+// weight. The copy that holds the logged decision keeps the turn's text;
+// the other ends at its decision token. The opening turn (nothing judged
+// before it) stays as it is. Instances are not packed, so each copy is a
+// sequence of its own in a batch.
+func softDecisions(ins []instance, hazards []float64, cont, term int) ([]instance, error) {
+	out := make([]instance, 0, 2*len(ins))
+	for j, in := range ins {
+		spans := weightedSpans(in.weights)
+		if j == 0 || len(spans) == 0 || spans[0][0]+1 >= len(in.tokens) {
+			out = append(out, in)
+			continue
+		}
+		if j-1 >= len(hazards) {
+			return nil, fmt.Errorf("user turn %d has no hazard (%d given)", j+1, len(hazards))
+		}
+		pos := spans[0][0] + 1
+		p, w := float32(hazards[j-1]), in.weights[pos]
+		logged, other, pLogged := in.tokens[pos], term, 1-p
+		switch logged {
+		case cont:
+		case term:
+			other, pLogged = cont, p
+		default:
+			return nil, fmt.Errorf("user turn %d: token %d where a decision belongs", j+1, logged)
+		}
+		alt := instance{tokens: slices.Clone(in.tokens[:pos+1]), weights: make([]float32, pos+1)}
+		alt.tokens[pos], alt.weights[pos] = other, (1-pLogged)*w
+		in.weights[pos] = pLogged * w
+		out = append(out, in, alt)
 	}
 	return out, nil
 }

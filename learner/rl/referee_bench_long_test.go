@@ -57,8 +57,13 @@ type refereeBench struct {
 	CalibrationSessions int  `json:"calibration_sessions"`
 	// CompareRespond also judges through Respond (generating the replies
 	// the judge never reads), as before the scoring-only path, for its time.
-	CompareRespond bool             `json:"compare_respond"`
-	Referee        rl.RefereeConfig `json:"referee"`
+	CompareRespond bool `json:"compare_respond"`
+	// SoftLabels trains the user agent on the players' hidden hazard as
+	// soft labels instead of the logged decisions
+	// (learner.SFTConfig.SoftLabelDiagnostic): the diagnostic that tells
+	// the referee's capacity from label noise, never a referee that ships.
+	SoftLabels bool             `json:"soft_labels"`
+	Referee    rl.RefereeConfig `json:"referee"`
 }
 
 // smallBench is the experiment's small profile (experiment.SmallProfile,
@@ -118,7 +123,8 @@ func TestRefereeBench(t *testing.T) {
 	for _, p := range pop.Players()[:b.Players] {
 		base[p.ID] = true
 	}
-	scripted := scriptedSessions(t, pop, b)
+	starts := map[string]sessionStart{} // every training session's player and seed
+	scripted := scriptedSessions(t, pop, b, starts)
 	var train, npcTrain []schema.Dialogue
 	for _, d := range scripted {
 		if p, _ := pop.Player(d.PlayerID); !p.HeldOut {
@@ -169,7 +175,9 @@ func TestRefereeBench(t *testing.T) {
 		var prompts []rl.Prompt
 		for k := range b.OnPolicyPerPlayer {
 			for i, p := range trainPlayers {
-				prompts = append(prompts, rl.PlayerPrompt(p, uint64(5_000_000+1000*k+i), card))
+				pr := rl.PlayerPrompt(p, uint64(5_000_000+1000*k+i), card)
+				starts[pr.ID] = sessionStart{persona: p, seed: pr.Seed}
+				prompts = append(prompts, pr)
 			}
 		}
 		if onPolicy, err = rl.PlaySessions(ctx, policy(101), players, prompts, b.MaxTurns); err != nil {
@@ -182,6 +190,9 @@ func TestRefereeBench(t *testing.T) {
 	uaCfg.Steps, uaCfg.BatchSize, uaCfg.Train.LearningRate, uaCfg.DecisionWeight = b.Steps, b.Batch, b.LR, b.DecisionWeight
 	uaCfg.MaxTurns, uaCfg.Seed = b.MaxTurns, b.SFTSeed
 	uaCfg.UserAgent.Sampling.MaxTokens = b.ReplyTokens
+	if b.SoftLabels {
+		uaCfg.SoftLabelDiagnostic = hiddenHazards(starts)
+	}
 	trainStart := time.Now()
 	uaData := append(append([]schema.Dialogue(nil), train...), onPolicy...)
 	ua, err := learner.TrainSFT(ctx, uaCfg, uaData, logger)
@@ -283,8 +294,9 @@ func TestRefereeBench(t *testing.T) {
 type respondOnly struct{ rl.Environment }
 
 // scriptedSessions plays every persona's dialogues with scripted NPCs of
-// the experiment's mix.
-func scriptedSessions(t *testing.T, pop *simulator.Population, b refereeBench) []schema.Dialogue {
+// the experiment's mix, and records each session's player and seed in
+// starts.
+func scriptedSessions(t *testing.T, pop *simulator.Population, b refereeBench, starts map[string]sessionStart) []schema.Dialogue {
 	mix := simulator.DefaultCorpusConfig().Qualities
 	rng := rand.New(rand.NewPCG(b.PopulationSeed, 0xc0))
 	var out []schema.Dialogue
@@ -302,13 +314,44 @@ func scriptedSessions(t *testing.T, pop *simulator.Population, b refereeBench) [
 			if err != nil {
 				t.Fatal(err)
 			}
-			d := simulator.Play(pl.Start(uint64(1_000_000+i*100+k)), npc, b.MaxTurns)
+			seed := uint64(1_000_000 + i*100 + k)
+			d := simulator.Play(pl.Start(seed), npc, b.MaxTurns)
 			d.SessionID, d.PlayerID, d.NPCID = fmt.Sprintf("boot-%d-%d", i, k), pl.ID, "bootstrap-npc"
+			starts[d.SessionID] = sessionStart{persona: pl, seed: seed}
 			d.Deployment, d.PolicyVersion = "experiment", "scripted"
 			out = append(out, d)
 		}
 	}
 	return out
+}
+
+// sessionStart is the player and seed a simulated session was played with.
+type sessionStart struct {
+	persona *simulator.Persona
+	seed    uint64
+}
+
+// hiddenHazards reads the players' hidden hazard after every NPC turn of a
+// training session by replaying the session with its player (the same
+// seed and NPC turns give the same conversation), and checks that the
+// replay says what the log does. For the soft-label diagnostic only.
+func hiddenHazards(starts map[string]sessionStart) learner.HiddenHazards {
+	return func(d schema.Dialogue) ([]float64, error) {
+		s, ok := starts[d.SessionID]
+		if !ok {
+			return nil, fmt.Errorf("session %s: player and seed unknown", d.SessionID)
+		}
+		conv := s.persona.Start(s.seed)
+		user := conv.Opening()
+		out := make([]float64, len(d.Exchanges))
+		for k, x := range d.Exchanges {
+			if x.User != user {
+				return nil, fmt.Errorf("session %s exchange %d: the replay says %q, the log %q", d.SessionID, k+1, user, x.User)
+			}
+			user, _, out[k] = conv.Respond(x.NPC)
+		}
+		return out, nil
+	}
 }
 
 // sftConfig is the experiment's SFT configuration of one agent.
