@@ -101,8 +101,14 @@ type RefereeReport struct {
 	KendallTauCILow  float64 `json:"kendall_tau_ci_low"`
 	KendallTauCIHigh float64 `json:"kendall_tau_ci_high"`
 	// Pearson is the correlation of p and the hidden hazard over every
-	// sibling turn.
-	Pearson float64 `json:"pearson"`
+	// sibling turn. It splits into PearsonWithin, the correlation of their
+	// deviations from their group's mean (how well the agent tells one NPC
+	// turn from its siblings), and PearsonBetween, that of the groups'
+	// means (how well it reads the context and the player); the gate reads
+	// Pearson alone.
+	Pearson        float64 `json:"pearson"`
+	PearsonWithin  float64 `json:"pearson_within"`
+	PearsonBetween float64 `json:"pearson_between"`
 	// SimRealAvgL is SimAvgL/RealAvgL: the mean exchange length of the
 	// policy's dialogues against the user agent over that against the
 	// players, from the same openings.
@@ -323,13 +329,18 @@ func (s *RefereeSample) Judge(ctx context.Context, policy Policy, ua Environment
 	if err != nil {
 		return rep, fmt.Errorf("judge: %w", err)
 	}
-	var taus, allP, allH []float64
+	var taus, allP, allH, devP, devH, meanP, meanH []float64
 	for g, grp := range s.Groups {
 		if tau, ok := KendallTauB(ps[g], grp.Hazards); ok {
 			taus = append(taus, tau)
 		}
 		allP = append(allP, ps[g]...)
 		allH = append(allH, grp.Hazards...)
+		mp, mh := stat.Mean(ps[g], nil), stat.Mean(grp.Hazards, nil)
+		meanP, meanH = append(meanP, mp), append(meanH, mh)
+		for i := range ps[g] {
+			devP, devH = append(devP, ps[g][i]-mp), append(devH, grp.Hazards[i]-mh)
+		}
 	}
 	rep.Turns, rep.RankedGroups = len(allP), len(taus)
 	if len(taus) > 0 {
@@ -353,9 +364,7 @@ func (s *RefereeSample) Judge(ctx context.Context, policy Policy, ua Environment
 			return rep, fmt.Errorf("judge: %w", err)
 		}
 	}
-	if r := stat.Correlation(allP, allH, nil); !math.IsNaN(r) {
-		rep.Pearson = r
-	}
+	rep.Pearson, rep.PearsonWithin, rep.PearsonBetween = correlation(allP, allH), correlation(devP, devH), correlation(meanP, meanH)
 	sim, err := Evaluate(ctx, policy, ua, s.Openings, s.cfg.Depth, 0)
 	if err != nil {
 		return rep, fmt.Errorf("judge: simulated dialogues: %w", err)
@@ -395,6 +404,14 @@ func (s *RefereeSample) riskedContexts(ctx context.Context, ua Environment) ([]S
 		}
 	}
 	return states, nil
+}
+
+// correlation is Pearson's r of x and y, or 0 where it is undefined.
+func correlation(x, y []float64) float64 {
+	if r := stat.Correlation(x, y, nil); !math.IsNaN(r) {
+		return r
+	}
+	return 0
 }
 
 // forEachParallel runs f(0..n-1) with at most parallel calls at once and

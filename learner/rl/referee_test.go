@@ -157,6 +157,9 @@ func TestJudgeHandComputed(t *testing.T) {
 	}{
 		{"kendall_tau", rep.KendallTau, 0.8}, {"kendall_tau_ci_low", rep.KendallTauCILow, 0.8},
 		{"kendall_tau_ci_high", rep.KendallTauCIHigh, 0.8}, {"pearson", rep.Pearson, math.Sqrt(0.0475 / 0.0675)},
+		// One group: the deviations are the series less their means, and
+		// the group means are one point.
+		{"pearson_within", rep.PearsonWithin, math.Sqrt(0.0475 / 0.0675)}, {"pearson_between", rep.PearsonBetween, 0},
 		{"sim_real_avg_l", rep.SimRealAvgL, 0.25}, {"sim_avg_l", rep.SimAvgL, 1}, {"real_avg_l", rep.RealAvgL, 4},
 	} {
 		if math.Abs(v.got-v.want) > 1e-12 {
@@ -165,6 +168,27 @@ func TestJudgeHandComputed(t *testing.T) {
 	}
 	if rep.Groups != 1 || rep.RankedGroups != 1 || rep.Turns != 4 || rep.Dialogues != 2 {
 		t.Errorf("counts: %d groups, %d ranked, %d turns, %d dialogues; want 1, 1, 4, 2", rep.Groups, rep.RankedGroups, rep.Turns, rep.Dialogues)
+	}
+}
+
+// TestJudgeSplitsPearson judges two groups whose siblings the user agent
+// ranks backwards in one and rightly in the other, while it rates the
+// riskier group lower: Pearson within groups 0, between them −1.
+func TestJudgeSplitsPearson(t *testing.T) {
+	ctx := context.Background()
+	cfg := RefereeConfig{Groups: 2, Siblings: 2, MaxContext: 0, Dialogues: 1, Depth: 1, Resamples: 10, Parallel: 1, Seed: 1}
+	s, err := SampleReferee(ctx, cfg, tablePolicy{[]string{"p=0.1", "p=0.3", "p=0.5", "p=0.7"}}, &scriptedEnv{}, []Prompt{{ID: "a", Opening: "hi"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Groups[0].Turns = []string{"ua p=0.4", "ua p=0.2"}
+	s.Groups[1].Turns = []string{"ua p=0.1", "ua p=0.3"}
+	rep, err := s.Judge(ctx, tablePolicy{[]string{"p=0.1"}}, &scriptedEnv{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(rep.PearsonWithin) > 1e-12 || math.Abs(rep.PearsonBetween+1) > 1e-12 {
+		t.Errorf("Pearson within %v, between %v; want 0 and -1", rep.PearsonWithin, rep.PearsonBetween)
 	}
 }
 
