@@ -167,7 +167,8 @@ func EvalOptionsFrom(c SFTConfig) EvalOptions {
 
 // EvaluateModel loads the registry version in dir (checksums verified) and
 // measures it as opts.Role on the held-out players of dialogues, prompted
-// in its chat format (an imported model's template).
+// in its chat format (an imported model's template); a user agent with the
+// calibration its version carries, as it is served.
 func EvaluateModel(ctx context.Context, dir string, dialogues []schema.Dialogue, opts EvalOptions, logger *slog.Logger) (Metrics, error) {
 	if err := opts.Role.Validate(); err != nil {
 		return Metrics{}, err
@@ -178,7 +179,7 @@ func EvaluateModel(ctx context.Context, dir string, dialogues []schema.Dialogue,
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	m, tok, _, err := inference.LoadCheckpoint(dir, opts.Backend)
+	m, tok, man, err := inference.LoadCheckpoint(dir, opts.Backend)
 	if err != nil {
 		return Metrics{}, err
 	}
@@ -190,7 +191,7 @@ func EvaluateModel(ctx context.Context, dir string, dialogues []schema.Dialogue,
 	if len(heldOut) == 0 {
 		return Metrics{}, fmt.Errorf("evaluate %q: no held-out players: %w", dir, errNoData)
 	}
-	ev := evaluator{role: opts.Role, cfg: opts.Eval, ua: opts.UserAgent,
+	ev := evaluator{role: opts.Role, cfg: opts.Eval, ua: opts.UserAgent.ForVersion(man),
 		prompt: npcPrompt{cards: opts.NPCCards, defaultCard: opts.DefaultCard, chat: chat},
 		risks:  simulator.TrainingRisks(train, opts.MaxTurns), logger: logger}
 	return ev.evaluate(ctx, m, tok, heldOut, byPlayer(heldOut))
