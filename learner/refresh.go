@@ -550,7 +550,6 @@ type referee struct {
 	tok    *inference.Tokenizer
 	maxSeq int
 	sample *rl.RefereeSample
-	logger *slog.Logger
 	began  time.Time
 	stop   func()
 }
@@ -560,7 +559,7 @@ type referee struct {
 // give the user agent its style demos.
 func (r *refresher) newReferee(ctx context.Context, npc string, window []schema.Dialogue) (*referee, error) {
 	rc := r.cfg.Referee
-	j := &referee{cfg: rc, logger: r.logger, began: time.Now()}
+	j := &referee{cfg: rc, began: time.Now()}
 	m, tok, _, err := inference.LoadCheckpoint(filepath.Join(r.registry, rc.NPCModel, npc), r.cfg.SFT.Backend)
 	if err != nil {
 		return nil, fmt.Errorf("referee: %w", err)
