@@ -371,7 +371,8 @@ func TestRefreshPublishesCalibratedUserAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("simulated/real Avg.L of the held-out dialogues: %.2f/%.2f calibrated, %.2f/%.2f as trained", met.AvgL, met.RealAvgL, res.After.AvgL, res.After.RealAvgL)
+	t.Logf("held-out dialogues, calibrated vs as trained: simulated/real Avg.L %.2f/%.2f vs %.2f/%.2f, P_T log-loss %.3f vs %.3f",
+		met.AvgL, met.RealAvgL, res.After.AvgL, res.After.RealAvgL, met.TermLogLoss, res.After.TermLogLoss)
 	if met.PPL != res.After.PPL || met.AvgL == res.After.AvgL {
 		t.Errorf("EvaluateModel of %s: PPL %v, simulated Avg.L %v; want the run's PPL %v and an Avg.L other than its uncalibrated %v",
 			res.Version, met.PPL, met.AvgL, res.After.PPL, res.After.AvgL)
