@@ -595,13 +595,16 @@ func TestNativeTrainerRejectsBadBatches(t *testing.T) {
 
 // benchBatch is the measurement batch, 16×128 tokens (plus one
 // target each) of a vocabulary of 2048; the default model is its size.
-func benchBatch() Batch {
+func benchBatch() Batch { return randomBatch(16, 128, 2048) }
+
+// randomBatch is rows sequences of seq+1 random tokens below vocab.
+func randomBatch(rows, seq, vocab int) Batch {
 	rng := rand.New(rand.NewPCG(1, 1))
 	var b Batch
-	for range 16 {
-		s := make([]int, 129)
+	for range rows {
+		s := make([]int, seq+1)
 		for i := range s {
-			s[i] = rng.IntN(2048)
+			s[i] = rng.IntN(vocab)
 		}
 		b.Tokens = append(b.Tokens, s)
 	}
@@ -641,11 +644,15 @@ func benchNativeTrainStep(b *testing.B, c ModelConfig) {
 // benchTrainStep times step on benchBatch and reports tokens/s and GFLOP/s
 // (6·params per token plus the attention's products, forward and backward).
 func benchTrainStep(b *testing.B, c ModelConfig, step func(Batch) (float32, error)) {
-	batch := benchBatch()
+	benchTrainStepOn(b, c, benchBatch(), step)
+}
+
+// benchTrainStepOn is benchTrainStep on a batch of equal-length sequences.
+func benchTrainStepOn(b *testing.B, c ModelConfig, batch Batch, step func(Batch) (float32, error)) {
 	if _, err := step(batch); err != nil { // warm up (GoMLX compiles here)
 		b.Fatal(err)
 	}
-	tokens := 16 * 128
+	rows, seq := len(batch.Tokens), len(batch.Tokens[0])-1
 	b.ResetTimer()
 	for range b.N {
 		if _, err := step(batch); err != nil {
@@ -653,8 +660,8 @@ func benchTrainStep(b *testing.B, c ModelConfig, step func(Batch) (float32, erro
 		}
 	}
 	sec := b.Elapsed().Seconds() / float64(b.N)
-	b.ReportMetric(float64(tokens)/sec, "tokens/s")
-	b.ReportMetric(trainFLOPs(c, 16, 128)/sec/1e9, "GFLOP/s")
+	b.ReportMetric(float64(rows*seq)/sec, "tokens/s")
+	b.ReportMetric(trainFLOPs(c, rows, seq)/sec/1e9, "GFLOP/s")
 }
 
 // trainFLOPs counts a training step's arithmetic: 6 FLOPs per weight and
