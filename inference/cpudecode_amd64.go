@@ -135,3 +135,20 @@ func qkScores(scores, q, kt, next []float32) {
 	_ = kt[t0*hd+(hd-1)*kvTile+T-t0-1]
 	qkScoresAVX512(&scores[t0], &q[0], &kt[t0*hd], hd, kvTile, T-t0)
 }
+
+// gemm8x32RowsAVX512: see gemm8x32Rows (cpudecode_amd64.s).
+//
+//go:noescape
+func gemm8x32RowsAVX512(k int, a *float32, lda int, b, c *float32, ldc int)
+
+// gemm8x32Rows adds to c[r][0:32] the products Σ_l a[r·lda+l]·b[l][0:32]
+// for eight rows r (lda and ldc apart), b a packed [k][32] panel, with
+// AVX-512 when the CPU has it.
+func gemm8x32Rows(k int, a []float32, lda int, b, c []float32, ldc int) {
+	if !cpu.X86.HasAVX512F || k == 0 {
+		gemmRows32Go(8, k, a, lda, b, c, ldc)
+		return
+	}
+	_, _, _ = a[7*lda+k-1], b[k*32-1], c[7*ldc+31]
+	gemm8x32RowsAVX512(k, &a[0], lda, &b[0], &c[0], ldc)
+}

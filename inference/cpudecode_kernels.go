@@ -239,8 +239,9 @@ func (m *cpuMatrix) mulRange(y, x []float32, n, o0, o1 int, add bool) {
 
 // mulWide is mulRange on 32-wide panels: a single row streams the panels
 // once through gemv32; more rows go panel by panel, blocks of twelve
-// through the 12×32 micro-kernel and the rest through gemv32 while the
-// panel is in cache, so each weight is read from memory once per call.
+// through the 12×32 micro-kernel, of eight through gemm8x32Rows and the
+// rest through gemv32 while the panel is in cache, so each weight is read
+// from memory once per call.
 func (m *cpuMatrix) mulWide(y, x []float32, n, o0, o1 int, add bool) {
 	in, out := m.in, m.out
 	if !add {
@@ -253,15 +254,33 @@ func (m *cpuMatrix) mulWide(y, x []float32, n, o0, o1 int, add bool) {
 		gemv32(m.panels[p0*in*32:p1*in*32], x[:in], in, p1-p0, y[o0:o1])
 		return
 	}
-	kr := m.wide.rows
-	full := n / kr * kr
 	for p := p0; p < p1; p++ {
 		wp := m.panels[p*in*32 : (p+1)*in*32]
-		for b := 0; b < full; b += kr {
-			m.wide.runRows(in, x[b*in:], in, wp, y[b*out+p*32:], out)
+		for b := 0; b < n; {
+			switch rest := n - b; {
+			case rest >= 8 && (rest < m.wide.rows || rest >= 16 && rest < 20):
+				// Eight rows where twelve would leave more of them to
+				// gemv32 (16 = 8 + 8, not 12 + four single rows).
+				gemm8x32Rows(in, x[b*in:], in, wp, y[b*out+p*32:], out)
+				b += 8
+			case rest >= m.wide.rows:
+				m.wide.runRows(in, x[b*in:], in, wp, y[b*out+p*32:], out)
+				b += m.wide.rows
+			default:
+				gemv32(wp, x[b*in:(b+1)*in], in, 1, y[b*out+p*32:b*out+p*32+32])
+				b++
+			}
 		}
-		for b := full; b < n; b++ {
-			gemv32(wp, x[b*in:(b+1)*in], in, 1, y[b*out+p*32:b*out+p*32+32])
+	}
+}
+
+// gemmRows32Go adds to c[r][0:32] the products Σ_l a[r·lda+l]·b[l][0:32]
+// for r < rows, b a packed [k][32] panel.
+func gemmRows32Go(rows, k int, a []float32, lda int, b, c []float32, ldc int) {
+	for r := range rows {
+		cr := c[r*ldc : r*ldc+32]
+		for l, x := range a[r*lda : r*lda+k] {
+			axpy(cr, x, b[l*32:l*32+32])
 		}
 	}
 }

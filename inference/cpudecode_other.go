@@ -24,3 +24,7 @@ func gemm6x16(w, x []float32, xstride, in int, y []float32, ystride int) {
 func gemv32(w, x []float32, in, panels int, y []float32) { gemv32Go(w, x, in, panels, y) }
 
 func qkScores(scores, q, kt, next []float32) { qkScoresGo(scores, q, kt, next) }
+
+func gemm8x32Rows(k int, a []float32, lda int, b, c []float32, ldc int) {
+	gemmRows32Go(8, k, a, lda, b, c, ldc)
+}

@@ -65,8 +65,9 @@ func testMatmulMatchesNaive(t *testing.T) {
 		{11, 20, 32, 0, 32}, {8, 64, 48, 16, 32}, {17, 3, 16, 0, 16},
 		// Multiples of 32 go through 32-wide panels where the CPU has
 		// AVX-512: one row streams them, twelve go through the 12×32
-		// micro-kernel, the rest one at a time.
+		// micro-kernel, eight through the 8×32 one, the rest one at a time.
 		{1, 128, 96, 32, 96}, {2, 7, 64, 0, 64}, {12, 33, 64, 0, 64}, {32, 128, 128, 32, 96}, {27, 5, 32, 0, 32},
+		{8, 1, 32, 0, 32}, {16, 64, 64, 0, 64}, {19, 9, 96, 32, 96}, {10, 40, 32, 0, 32},
 	} {
 		for _, add := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%dx%dx%d[%d:%d]add=%v", tc.n, tc.in, tc.out, tc.o0, tc.o1, add), func(t *testing.T) {
