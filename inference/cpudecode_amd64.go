@@ -58,7 +58,7 @@ func axpy32AVX512(out, a, b *float32, n, stride int, ahead *float32)
 func axpy32(out, a, b []float32, stride int) { axpy32Ahead(out, a, b, stride, nil) }
 
 // axpy32Ahead is axpy32 that, with AVX-512, also asks for next[:32·len(a)]
-// in the L1 cache while it computes, when next is that long: attention
+// in the L2 cache while it computes, when next is that long: attention
 // fetches the next head's keys and values while it works on this one's.
 func axpy32Ahead(out, a, b []float32, stride int, next []float32) {
 	n := len(a)
