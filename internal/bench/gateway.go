@@ -220,8 +220,12 @@ func RunGateway(ctx context.Context, cfg GatewayConfig, w io.Writer) (GatewayRep
 	}
 	rep.Concurrency = concurrencyPoints(rep.Points, cfg.Concurrency)
 	for _, c := range rep.Concurrency {
-		fmt.Fprintf(w, "%d sessions: gateway ÷ bare %.3f, logging cost %.1f %% (by CPU: bench process %.1f %%, with the child broker %.1f %%)\n",
-			c.Sessions, c.GatewayRPS/c.BareRPS, 100*c.LoggingCost, 100*c.LoggingCostCPU, 100*c.LoggingCostCPUWithBroker)
+		withBroker := ""
+		if c.LoggingCostCPUWithBroker != 0 {
+			withBroker = fmt.Sprintf(", with the child broker's %.1f %%", 100*c.LoggingCostCPUWithBroker)
+		}
+		fmt.Fprintf(w, "%d sessions: gateway ÷ bare %.3f, logging cost %.1f %% (by the bench process's CPU %.1f %%%s)\n",
+			c.Sessions, c.GatewayRPS/c.BareRPS, 100*c.LoggingCost, 100*c.LoggingCostCPU, withBroker)
 	}
 	if cfg.Events != nil {
 		for _, c := range cfg.Concurrency {
