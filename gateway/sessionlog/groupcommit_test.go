@@ -230,3 +230,66 @@ func spooledEvents(t *testing.T, sp *spool) map[string]int64 {
 	}
 	return out
 }
+
+// TestGroupDelayOnlyAfterASharedGroup checks that a leader waits
+// Config.GroupDelay only when the group before its own was shared: serial
+// publishes never wait, a group after a lone one does not wait, and the
+// group after a shared one waits once and takes in an event that arrived
+// during the wait under its one fsync.
+func TestGroupDelayOnlyAfterASharedGroup(t *testing.T) {
+	const burst = 8
+	var (
+		h    *harness
+		hold atomic.Bool // hold the next fsync until the rest of the burst gathers
+	)
+	h = groupHarness(t, func(_ int, _ int64, sync func() error) error {
+		if hold.CompareAndSwap(true, false) {
+			waitGathered(t, h.spool, burst-1)
+		}
+		return sync()
+	})
+	var delays []time.Duration
+	late := makeEvents(t, "late", 1, 1)[0]
+	lateErr := make(chan error, 1)
+	h.spool.delay = func(d time.Duration) {
+		delays = append(delays, d)
+		go func() { lateErr <- h.Publish(context.Background(), late) }()
+		waitGathered(t, h.spool, 2)
+	}
+	publish := func(ev schema.SessionEvent) {
+		if err := h.Publish(context.Background(), ev); err != nil {
+			t.Errorf("Publish(%s): %v", ev.EventID, err)
+		}
+	}
+
+	for _, ev := range makeEvents(t, "serial", 1, 1) { // an fsync for each
+		publish(ev)
+	}
+	if len(delays) != 0 {
+		t.Fatalf("serial publishes waited %v; want no group delay", delays)
+	}
+	// The first of the burst leads alone, and its held fsync gathers the
+	// other seven into one group.
+	hold.Store(true)
+	publishSessions(h, burst, makeEvents(t, "burst", burst, 1)[:burst], func(ev schema.SessionEvent, err error) {
+		if err != nil {
+			t.Errorf("Publish(%s): %v", ev.EventID, err)
+		}
+	})
+	if len(delays) != 0 {
+		t.Fatalf("the group after a lone one waited %v; want no group delay", delays)
+	}
+	publish(makeEvents(t, "after", 1, 1)[0]) // waits, and the late event joins its group
+	if err := <-lateErr; err != nil {
+		t.Errorf("Publish(late): %v", err)
+	}
+	if len(delays) != 1 || delays[0] != h.cfg.GroupDelay {
+		t.Fatalf("delays after a shared group = %v; want one of %v", delays, h.cfg.GroupDelay)
+	}
+	h.spool.mu.Lock()
+	last := h.spool.lastGroup
+	h.spool.mu.Unlock()
+	if last != 2 {
+		t.Errorf("the delayed group held %d events; want 2 (the leader's and the late one)", last)
+	}
+}
