@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -230,14 +229,11 @@ func (c *refreshCalibration) metrics() map[string]float64 {
 		simulator.MetricCalibrationDecisions: float64(c.Decisions)}
 }
 
-// gateFindings is what a refresh's gate found besides its verdict.
+// gateFindings is what a refresh's gate found besides its verdict: the
+// refreshed agent's calibration (nil when the fidelity gate refused
+// first) and the referee's reports of the current and the calibrated
+// refreshed agent.
 type gateFindings struct {
-	// accepted is the verdict: TrainSFT is told never to publish, the
-	// refresh publishes with the calibration (refresher.publish).
-	accepted bool
-	// calibration is the refreshed agent's (nil when the fidelity gate
-	// refused first); refereeBefore and refereeAfter are the referee's
-	// reports of the current and the calibrated refreshed agent.
 	calibration                 *refreshCalibration
 	refereeBefore, refereeAfter *rl.RefereeReport
 }
@@ -339,14 +335,7 @@ func (r *refresher) refresh(ctx context.Context) (*SFTResult, error) {
 	}
 	cfg.Parent = parent
 	var found gateFindings
-	gate := r.gate(parent, window, &found)
-	// TrainSFT trains and gates but never publishes (it logs "not
-	// published"): the refresh does, with the calibration in the manifest.
-	cfg.Gate = func(ctx context.Context, mb, ma Metrics, m *inference.Model, tok *inference.Tokenizer) (bool, string, error) {
-		ok, why, err := gate(ctx, mb, ma, m, tok)
-		found.accepted = ok
-		return false, why, err
-	}
+	cfg.Gate = r.gate(parent, window, &found)
 	cfg.RunID = fmt.Sprintf("refresh-%s-%06d", cfg.Model, r.state.Refreshes+1)
 	cfg.SkipEvalBefore = false
 	r.logger.Info("user-agent refresh", "parent", parent, "new_sessions", upTo-r.state.TrainedUpTo, "replay", k)
@@ -368,11 +357,6 @@ func (r *refresher) refresh(ctx context.Context) (*SFTResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("refresh: %w", err)
 	}
-	if found.accepted {
-		if err := r.publish(ctx, cfg, window, res, found.calibration); err != nil {
-			return nil, fmt.Errorf("refresh: %w", err)
-		}
-	}
 	r.state.TrainedUpTo, r.state.InProgressUpTo, r.state.LastAt, r.state.LastReason = upTo, 0, r.now(), res.GateReason
 	r.state.Refreshes++
 	r.state.Last = &refreshOutcome{Published: res.Published, RhoBefore: res.Before.Rho, RhoAfter: res.After.Rho,
@@ -393,31 +377,6 @@ func (r *refresher) refresh(ctx context.Context) (*SFTResult, error) {
 		return res, fmt.Errorf("refresh: %w", err)
 	}
 	return res, nil
-}
-
-// publish puts the refreshed user agent that TrainSFT trained and gated
-// into the registry with TrainSFT's manifest, its metrics carrying the
-// fitted calibration, so whoever loads the version serves it calibrated.
-// (A refresh restarted after publishing trains again from the published
-// version, as its parent changed: TrainSFT's published marker is of no
-// use to it.)
-func (r *refresher) publish(ctx context.Context, cfg SFTConfig, window []schema.Dialogue, res *SFTResult, cal *refreshCalibration) error {
-	steps := len(res.Losses)
-	tc := cfg.Train
-	if tc.WarmupSteps == 0 {
-		tc.WarmupSteps = int(cfg.WarmupShare * float64(steps))
-	}
-	train, _ := splitPlayers(window, cfg.HeldOutShare, cfg.Seed)
-	metrics := res.After.Map()
-	maps.Copy(metrics, cal.metrics())
-	man := schema.Manifest{Model: cfg.Model, Parent: cfg.Parent, Algorithm: "sft",
-		Hyperparameters: hyperparameters(cfg, tc, steps), DataWindow: dataWindow(train), Metrics: metrics}
-	var err error
-	if res.Manifest, err = publishModel(ctx, cfg.Registry, cfg.Version, cfg.DataDir, res.TrainedModel, res.Tokenizer, nil, man); err != nil {
-		return err
-	}
-	res.Published, res.Version = true, res.Manifest.Version
-	return nil
 }
 
 // calibrate fits the refreshed user agent m's calibration on the window's
@@ -475,61 +434,61 @@ func calibrationAttrs(c *refreshCalibration) []any {
 // (calibrate) and the referee gate on the calibrated agents, the current
 // one with the calibration its version carries. It leaves the calibration
 // and the referee's reports in found.
-func (r *refresher) gate(parent string, window []schema.Dialogue, found *gateFindings) func(context.Context, Metrics, Metrics, *inference.Model, *inference.Tokenizer) (bool, string, error) {
+func (r *refresher) gate(parent string, window []schema.Dialogue, found *gateFindings) func(context.Context, Metrics, Metrics, *inference.Model, *inference.Tokenizer) (GateVerdict, error) {
 	fidelity := FidelityGate(r.cfg.RhoTolerance)
-	return func(ctx context.Context, mb, ma Metrics, m *inference.Model, tok *inference.Tokenizer) (bool, string, error) {
+	return func(ctx context.Context, mb, ma Metrics, m *inference.Model, tok *inference.Tokenizer) (GateVerdict, error) {
 		ok, why := fidelity(mb, ma)
 		if !ok {
-			return false, why, nil
+			return GateVerdict{Reason: why}, nil
 		}
 		cal, cwhy, err := r.calibrate(ctx, m, tok, window)
 		if err != nil {
-			return false, "", err
+			return GateVerdict{}, err
 		}
 		found.calibration = cal
 		why += "; " + cwhy
 		rc := r.cfg.Referee
 		if rc.Players.Size == 0 {
-			return true, why, nil
+			return GateVerdict{Publish: true, Reason: why, Metrics: cal.metrics()}, nil
 		}
 		npc, err := currentVersion(ctx, r.registry, rc.NPCModel)
 		if err != nil {
-			return false, "", fmt.Errorf("referee: %w", err)
+			return GateVerdict{}, fmt.Errorf("referee: %w", err)
 		}
 		if npc == "" {
 			r.logger.Warn("user-agent referee skipped: no NPC version writes the siblings", "npc_model", rc.NPCModel)
-			return true, why + "; referee skipped: no " + rc.NPCModel + " version", nil
+			return GateVerdict{Publish: true, Reason: why + "; referee skipped: no " + rc.NPCModel + " version", Metrics: cal.metrics()}, nil
 		}
 		j, err := r.newReferee(ctx, npc, window)
 		if err != nil {
-			return false, "", err
+			return GateVerdict{}, err
 		}
 		defer j.stop()
 		if parent != "" {
 			ua, stop, err := serveUserAgent(filepath.Join(r.registry, r.cfg.SFT.Model, parent), rc.UserAgent, r.cfg.SFT.Backend, r.logger)
 			if err != nil {
-				return false, "", fmt.Errorf("referee: current user agent: %w", err)
+				return GateVerdict{}, fmt.Errorf("referee: current user agent: %w", err)
 			}
 			found.refereeBefore, err = j.judge(ctx, ua)
 			stop()
 			if err != nil {
-				return false, "", fmt.Errorf("referee: current user agent %s: %w", parent, err)
+				return GateVerdict{}, fmt.Errorf("referee: current user agent %s: %w", parent, err)
 			}
 		}
 		ua, stop, err := userAgentOn(m, tok, rc.UserAgent.ForVersion(schema.Manifest{Metrics: cal.metrics()}), r.logger)
 		if err != nil {
-			return false, "", fmt.Errorf("referee: refreshed user agent: %w", err)
+			return GateVerdict{}, fmt.Errorf("referee: refreshed user agent: %w", err)
 		}
 		defer stop()
 		if found.refereeAfter, err = j.judge(ctx, ua); err != nil {
-			return false, "", fmt.Errorf("referee: refreshed user agent: %w", err)
+			return GateVerdict{}, fmt.Errorf("referee: refreshed user agent: %w", err)
 		}
 		before, after := found.refereeBefore, found.refereeAfter
 		pass, rwhy := after.Pass(before, rc.Thresholds)
 		r.logger.Info("user-agent referee", "npc", npc, "parent", parent, "passed", pass, "reason", rwhy,
 			"seconds", time.Since(j.began).Seconds(), "groups", after.Groups, "ranked_groups", after.RankedGroups,
 			slog.Group("after", refereeAttrs(after)...), slog.Group("before", refereeAttrs(before)...))
-		return pass, why + "; " + rwhy, nil
+		return GateVerdict{Publish: pass, Reason: why + "; " + rwhy, Metrics: cal.metrics()}, nil
 	}
 }
 

@@ -272,10 +272,10 @@ func TestRefreshRefusedByTheReferee(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ok, why, err := r.gate("v1", ds, &found)(ctx, Metrics{}, Metrics{}, m, tok)
+	v, err := r.gate("v1", ds, &found)(ctx, Metrics{}, Metrics{}, m, tok)
 	before, after := found.refereeBefore, found.refereeAfter
-	if err != nil || !ok || before == nil || after == nil {
-		t.Errorf("gate with loose thresholds = %v (%s), %v; reports %v, %v; want it to measure both and accept", ok, why, err, before, after)
+	if err != nil || !v.Publish || before == nil || after == nil {
+		t.Errorf("gate with loose thresholds = %v (%s), %v; reports %v, %v; want it to measure both and accept", v.Publish, v.Reason, err, before, after)
 	}
 }
 
@@ -292,7 +292,8 @@ func TestRefereeGateOffOrSkipped(t *testing.T) {
 	}{{"off", 0, ""}, {"no npc version", 16, "referee skipped: no npc version"}} {
 		r.cfg.Referee.Players.Size = tc.players
 		var found gateFindings
-		ok, why, err := r.gate("", nil, &found)(context.Background(), Metrics{}, Metrics{}, nil, nil)
+		v, err := r.gate("", nil, &found)(context.Background(), Metrics{}, Metrics{}, nil, nil)
+		ok, why := v.Publish, v.Reason
 		before, after := found.refereeBefore, found.refereeAfter
 		if err != nil || !ok || !strings.Contains(why, tc.why) || before != nil || after != nil {
 			t.Errorf("%s: gate = %v (%s), %v, reports %v %v; want accepted with %q and no reports", tc.name, ok, why, err, before, after, tc.why)
@@ -446,8 +447,12 @@ func TestRefereeJudgesTheCalibratedAgent(t *testing.T) {
 	var found [2]gateFindings
 	for i, minDecisions := range []int{1000, 10} {
 		r.cfg.MinCalibrationDecisions = minDecisions
-		if ok, why, err := r.gate("v1", ds, &found[i])(ctx, Metrics{}, Metrics{}, m, tok); err != nil || !ok {
-			t.Fatalf("gate with min %d decisions = %v (%s), %v; want accepted", minDecisions, ok, why, err)
+		v, err := r.gate("v1", ds, &found[i])(ctx, Metrics{}, Metrics{}, m, tok)
+		if err != nil || !v.Publish {
+			t.Fatalf("gate with min %d decisions = %v (%s), %v; want accepted", minDecisions, v.Publish, v.Reason, err)
+		}
+		if fitted := v.Metrics[simulator.MetricCalibrationScale] != 0; fitted != found[i].calibration.Fitted {
+			t.Errorf("gate with min %d decisions: manifest metrics %v for calibration %+v", minDecisions, v.Metrics, *found[i].calibration)
 		}
 	}
 	uncal, cal := found[0], found[1]

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -99,10 +100,10 @@ type SFTConfig struct {
 	Eval           EvalConfig `json:"eval"`
 	SkipEvalBefore bool       `json:"skip_eval_before"`
 	// Gate, when set, decides from the metrics before and after training
-	// and from the trained model whether the model is published, and says
-	// why; its error fails the run before anything is published (a rerun
-	// resumes after the training).
-	Gate func(ctx context.Context, before, after Metrics, m *inference.Model, tok *inference.Tokenizer) (bool, string, error) `json:"-"`
+	// and from the trained model whether the model is published (and with
+	// which metrics besides the evaluation's); its error fails the run
+	// before anything is published (a rerun resumes after the training).
+	Gate func(ctx context.Context, before, after Metrics, m *inference.Model, tok *inference.Tokenizer) (GateVerdict, error) `json:"-"`
 	// Progress receives the training progress (loss, tokens/s, ETA): a bar
 	// on a terminal, a line every few seconds otherwise; nil means none.
 	Progress io.Writer `json:"-"`
@@ -179,6 +180,15 @@ func (c SFTConfig) Validate() error {
 		return fmt.Errorf("sft config: %w", err)
 	}
 	return nil
+}
+
+// GateVerdict is an SFTConfig.Gate's decision: whether to publish the
+// trained model, why, and metrics its manifest carries beside the
+// evaluation's.
+type GateVerdict struct {
+	Publish bool
+	Reason  string
+	Metrics map[string]float64
 }
 
 // SFTResult is what a fine-tuning run did.
@@ -291,12 +301,12 @@ func TrainSFT(ctx context.Context, cfg SFTConfig, dialogues []schema.Dialogue, l
 	res.TrainedModel, res.Tokenizer = m, tok
 
 	publish := cfg.Registry != ""
+	var verdict GateVerdict
 	if cfg.Gate != nil {
-		ok, why, err := cfg.Gate(ctx, res.Before, res.After, m, tok)
-		if err != nil {
+		if verdict, err = cfg.Gate(ctx, res.Before, res.After, m, tok); err != nil {
 			return nil, fmt.Errorf("train sft: gate: %w", err)
 		}
-		publish, res.GateReason = ok && cfg.Registry != "", why
+		publish, res.GateReason = verdict.Publish && cfg.Registry != "", verdict.Reason
 	}
 	if !publish {
 		logger.Info("sft: not published", "role", cfg.Role, "reason", res.GateReason)
@@ -317,6 +327,7 @@ func TrainSFT(ctx context.Context, cfg SFTConfig, dialogues []schema.Dialogue, l
 		DataWindow:      dataWindow(train),
 		Metrics:         res.After.Map(),
 	}
+	maps.Copy(man.Metrics, verdict.Metrics)
 	if res.Manifest, err = publishModel(ctx, cfg.Registry, cfg.Version, cfg.DataDir, m, tok, hf, man); err != nil {
 		return nil, fmt.Errorf("train sft: %w", err)
 	}
