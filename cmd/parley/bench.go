@@ -66,7 +66,7 @@ func newBenchGatewayCmd() *cobra.Command {
 	cfg := bench.DefaultGatewayConfig()
 	var out, redisAddr, checkpoint string
 	var brokerInProcess, stubOnly bool
-	commitWindow, groupDelay := sessionlog.DefaultConfig().CommitWindow, sessionlog.DefaultConfig().GroupDelay
+	commitWindow := sessionlog.DefaultConfig().CommitWindow
 	cmd := &cobra.Command{
 		Use:   "gateway --redis-addr HOST:PORT [--out FILE.json]",
 		Short: "Requests/s and latency percentiles at 1, 16 and 64 sessions; stub vs real model; Kafka logging on vs off",
@@ -99,7 +99,7 @@ Sessions live in the Redis at --redis-addr under a random prefix, deleted afterw
 			defer stopBroker()
 			lcfg := sessionlog.DefaultConfig()
 			lcfg.Brokers, lcfg.SpoolDir = brokers, filepath.Join(os.TempDir(), fmt.Sprintf("parley-bench-spool-%d", os.Getpid()))
-			lcfg.CommitWindow, lcfg.GroupDelay = commitWindow, groupDelay
+			lcfg.CommitWindow = commitWindow
 			defer os.RemoveAll(lcfg.SpoolDir)
 			events, err := sessionlog.New(lcfg, nil, nil, nil)
 			if err != nil {
@@ -128,7 +128,6 @@ Sessions live in the Redis at --redis-addr under a random prefix, deleted afterw
 	f.IntSliceVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "concurrent sessions measured")
 	f.DurationVar(&cfg.Duration, "duration", cfg.Duration, "time per point")
 	f.DurationVar(&commitWindow, "spool-commit-window", commitWindow, "the spool's commit window with logging on (0: every event waits for its fsync)")
-	f.DurationVar(&groupDelay, "spool-group-delay", groupDelay, "how long a group commit's leader waits for more events after a shared group (0: never)")
 	f.BoolVar(&brokerInProcess, "broker-in-process", false, "run the Kafka broker in the bench process, whose CPU then includes it")
 	f.BoolVar(&stubOnly, "stub-only", false, "skip the real-model points (the engine is started only for its tokenizer)")
 	f.StringVar(&out, "out", "", "write the report as JSON to this file")

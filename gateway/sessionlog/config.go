@@ -37,14 +37,6 @@ type Config struct {
 	// within the window together, each within the window plus two fsyncs of
 	// its Publish; a power loss or kernel crash can lose those.
 	CommitWindow time.Duration
-	// GroupDelay applies without a CommitWindow: it is how long the leader
-	// of a group commit waits for more events before it writes and fsyncs
-	// its group, taken only when the previous group held more than one
-	// event, so that a lone publisher, or one that publishes serially,
-	// never waits. Under concurrent load more events share each fsync,
-	// whose CPU cost is the same however many it covers; every event is
-	// still acknowledged only after the fsync that covers it. 0 disables it.
-	GroupDelay time.Duration
 
 	// BatchMaxEvents and BatchMaxBytes bound one write to Kafka.
 	BatchMaxEvents int
@@ -76,7 +68,6 @@ func DefaultConfig() Config {
 		SpoolMaxBytes:          1 << 30,
 		SegmentBytes:           16 << 20,
 		CommitWindow:           0,
-		GroupDelay:             500 * time.Microsecond,
 		BatchMaxEvents:         1000,
 		BatchMaxBytes:          512 << 10,
 		Linger:                 10 * time.Millisecond,
@@ -108,8 +99,6 @@ func (c Config) Validate() error {
 		return fmt.Errorf("sessionlog: segment bytes %d must be positive and at most spool max bytes %d", c.SegmentBytes, c.SpoolMaxBytes)
 	case c.CommitWindow < 0:
 		return fmt.Errorf("sessionlog: commit window %s must not be negative", c.CommitWindow)
-	case c.GroupDelay < 0:
-		return fmt.Errorf("sessionlog: group delay %s must not be negative", c.GroupDelay)
 	case c.BatchMaxEvents < 1:
 		return fmt.Errorf("sessionlog: batch max events %d must be at least 1", c.BatchMaxEvents)
 	case c.BatchMaxBytes < 1:

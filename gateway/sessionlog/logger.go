@@ -91,7 +91,6 @@ func New(cfg Config, logger *slog.Logger, meter metric.Meter, prop propagation.T
 	if err != nil {
 		return nil, fmt.Errorf("sessionlog: %w", err)
 	}
-	sp.groupDelay = cfg.GroupDelay
 	l := &Logger{
 		cfg:   cfg,
 		log:   logger,

@@ -45,12 +45,6 @@ type spool struct {
 	pending    *commitGroup // records waiting for the next write and fsync
 	unwritten  int64        // bytes in pending and in the group being written
 	committing bool         // a leader is writing and fsyncing a group
-	lastGroup  int          // events in the group last taken by a leader
-	// groupDelay is how long a leader waits for more events when the last
-	// group was shared (Config.GroupDelay); delay waits it out (time.Sleep,
-	// which tests replace).
-	groupDelay time.Duration
-	delay      func(time.Duration)
 	// sync is seg.Sync; tests replace it to fail or hold an fsync.
 	sync func(seq uint64) error
 
@@ -122,7 +116,7 @@ func openSpool(dir string, segmentBytes, maxBytes int64, window time.Duration, l
 		return nil, rec, err
 	}
 	s.reader = s.seg.NewReader()
-	s.sync, s.delay = s.seg.Sync, time.Sleep
+	s.sync = s.seg.Sync
 	if err := s.recover(cursor, hasCursor); err != nil {
 		_ = s.seg.Close()
 		s.unlock()
@@ -270,10 +264,7 @@ func (s *spool) append(rec []byte) error {
 }
 
 // appendGrouped adds rec to the pending group and returns the group's
-// result. The caller holds mu; appendGrouped unlocks it. A leader whose
-// previous group was shared waits groupDelay for more records first: other
-// publishers are running, and each fsync costs the same CPU however many
-// records it covers.
+// result. The caller holds mu; appendGrouped unlocks it.
 func (s *spool) appendGrouped(rec []byte) error {
 	g := s.pending
 	if g == nil {
@@ -293,11 +284,6 @@ func (s *spool) appendGrouped(rec []byte) error {
 		s.mu.Lock()
 	}
 	s.committing = true
-	if s.lastGroup > 1 && s.groupDelay > 0 {
-		s.mu.Unlock()
-		s.delay(s.groupDelay)
-		s.mu.Lock()
-	}
 	s.commitPending()
 	return g.err
 }
@@ -309,7 +295,7 @@ func (s *spool) appendGrouped(rec []byte) error {
 // fsyncs, in order.
 func (s *spool) commitPending() {
 	g := s.pending
-	s.pending, s.lastGroup = nil, g.events
+	s.pending = nil
 	seq, err := s.seg.Write(g.buf)
 	s.unwritten -= int64(len(g.buf))
 	if err == nil {
