@@ -90,9 +90,3 @@ func newWithConfig(config string) (b backends.Backend, err error) {
 	}
 	return b, nil
 }
-
-// ResolveModelTrainer is ResolveTrainer for the model m's backend: the
-// native trainer implements every architecture a ModelConfig describes.
-func ResolveModelTrainer(choice string, m *Model) (string, error) {
-	return ResolveTrainer(choice, m.bcfg)
-}

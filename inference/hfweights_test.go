@@ -398,24 +398,6 @@ func TestOpenWeightsTrainsOnGoMLX(t *testing.T) {
 	}
 }
 
-// TestOpenWeightsTrainerChoice checks that the native trainer, whose CPU
-// kernels implement the imported architectures too, is their default on the
-// pure-Go backend.
-func TestOpenWeightsTrainerChoice(t *testing.T) {
-	gqa, err := NewModel(gqaTestConfig(), DefaultBackendConfig(), 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, choice := range []string{"", TrainerNative} {
-		if kind, err := ResolveModelTrainer(choice, gqa); err != nil || kind != TrainerNative {
-			t.Errorf("trainer %q for grouped-query attention = %q, %v; want %q", choice, kind, err, TrainerNative)
-		}
-	}
-	if kind, err := ResolveModelTrainer("", newTinyModel(t, 1)); err != nil || kind != TrainerNative {
-		t.Errorf("default trainer for Parley's layout = %q, %v; want %q", kind, err, TrainerNative)
-	}
-}
-
 // TestOpenWeightsEngineGenerates serves an imported architecture through
 // the Engine, as the gateway does: the default decoder is GoMLX and greedy
 // generation matches a greedy loop over the full forward.

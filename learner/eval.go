@@ -247,7 +247,7 @@ func startEngine(m *inference.Model, chat *inference.ChatFormat, scoreBatch int,
 // forward scores them, many times faster than GoMLX's graph.
 func sumNLL(m *inference.Model, insts []instance, batch int) (float64, int, error) {
 	logProbs := m.SequenceLogProbs
-	if kind, _ := inference.ResolveModelTrainer("", m); kind == inference.TrainerNative {
+	if kind, _ := inference.ResolveTrainer("", m.BackendConfig()); kind == inference.TrainerNative {
 		nt, err := inference.NewNativeTrainer(m, inference.DefaultTrainConfig())
 		if err != nil {
 			return 0, 0, fmt.Errorf("score held-out turns: %w", err)

@@ -334,7 +334,7 @@ func TestOpenWeightsFineTuneGRPOStep(t *testing.T) {
 // the native trainer, as TrainSFT and rl.NewUpdater resolve it.
 func trainsNatively(t *testing.T, choice string, m *inference.Model) bool {
 	t.Helper()
-	kind, err := inference.ResolveModelTrainer(choice, m)
+	kind, err := inference.ResolveTrainer(choice, m.BackendConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -474,7 +474,7 @@ const (
 
 func (r *sftRun) train(ctx context.Context, ckpt *checkpoint) error {
 	var err error
-	if r.trainer, err = inference.ResolveModelTrainer(r.cfg.Trainer, r.m); err != nil {
+	if r.trainer, err = inference.ResolveTrainer(r.cfg.Trainer, r.m.BackendConfig()); err != nil {
 		return err
 	}
 	var trainStep func(inference.Batch) (float32, error)

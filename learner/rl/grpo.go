@@ -119,7 +119,7 @@ func NewUpdater(m *inference.Model, cfg UpdateConfig) (*Updater, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	kind, err := inference.ResolveModelTrainer(cfg.Trainer, m)
+	kind, err := inference.ResolveTrainer(cfg.Trainer, m.BackendConfig())
 	if err != nil {
 		return nil, fmt.Errorf("new updater: %w", err)
 	}
