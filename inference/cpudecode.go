@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
+	"time"
 
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	mlctx "github.com/gomlx/gomlx/pkg/ml/context"
@@ -51,7 +53,13 @@ type cpuDecoder struct {
 	// does not follow).
 	k, v [][]float32
 
-	s cpuScratch
+	s     cpuScratch
+	parts []cpuScratch // a part's activations each when forward splits a step
+	// unsplit counts down the steps forward runs on the shared loops
+	// after a split step that was slower than no split; took holds the
+	// time each part of a split step took.
+	unsplit int
+	took    []time.Duration
 }
 
 // kvTile is the number of positions of a key tile in the cache: one
@@ -114,7 +122,7 @@ func (d *cpuDecoder) close() {
 		d.pool.close()
 		d.pool = nil
 	}
-	d.k, d.v, d.s = nil, nil, cpuScratch{}
+	d.k, d.v, d.s, d.parts = nil, nil, cpuScratch{}, nil
 }
 
 // prepare starts the pool and (re)reads the weights if the model's
@@ -404,26 +412,87 @@ func grow(buf *[]float32, n int) []float32 {
 // helper goroutine costs more than it saves.
 const parallelMACs = 1 << 17
 
-// matmul computes y [n, out] (+)= x [n, in] · mᵀ on the pool, split over
-// the outputs in chunks that are whole panels.
-func (d *cpuDecoder) matmul(y, x []float32, m *cpuMatrix, n int, add bool) {
-	if n*m.in*m.out < parallelMACs {
+// matmul computes y [n, out] (+)= x [n, in] · mᵀ on pool (nil: in the
+// caller), split over the outputs in chunks that are whole panels.
+func matmul(pool *cpuPool, y, x []float32, m *cpuMatrix, n int, add bool) {
+	if pool == nil || n*m.in*m.out < parallelMACs {
 		m.mulRange(y, x, n, 0, m.out, add)
 		return
 	}
 	align := max(m.width, 16)
 	grain := (max(m.out/8, 4) + align - 1) / align * align
-	d.pool.run(m.out, grain, func(lo, hi int) {
+	pool.run(m.out, grain, func(lo, hi int) {
 		m.mulRange(y, x, n, lo, hi, add)
 	})
 }
+
+// partRows is the fewest tokens of a decode step that forward gives a
+// core of their own.
+const partRows = 8
 
 // forward feeds token toks[j] at position pos[j] of cache row rows[j],
 // writing its key and value into the cache, and puts into logits [len(sel),
 // V] the next-token logits after tokens sel. Tokens of one row must come in
 // position order; each attends to the cache up to its own position, so the
 // tokens of a prompt can be fed together.
+//
+// A decode step of partRows tokens a core or more, each token in a row of
+// its own and every token's logits wanted, is split into parts of whole
+// tokens that run the entire forward on a core each: the tokens do not
+// read each other's keys, so the cores meet once per step instead of at
+// every matmul and attention of every layer (25 times at four layers),
+// where the hand-offs leave the second core mostly idle. A part holds a
+// core for the whole step, though, and on a machine whose cores other
+// processes keep busy the step then waits for a helper that was
+// descheduled: where a split step took longer than its fastest part
+// would have taken for every part in turn, the next splitBackoff steps
+// go through the shared loops instead.
 func (d *cpuDecoder) forward(toks, rows, pos, sel []int, logits []float32) {
+	n := len(toks)
+	parts := 1
+	if d.pool != nil && n > 0 && len(sel) == n && sel[n-1] == n-1 {
+		parts = min(d.pool.helpers+1, n/partRows)
+	}
+	for j := 1; j < n && parts > 1; j++ {
+		if rows[j] <= rows[j-1] {
+			parts = 1
+		}
+	}
+	if parts > 1 && d.unsplit > 0 {
+		d.unsplit--
+		parts = 1
+	}
+	if parts <= 1 {
+		d.forwardOn(&d.s, d.pool, toks, rows, pos, sel, logits)
+		return
+	}
+	for len(d.parts) < parts {
+		d.parts = append(d.parts, cpuScratch{})
+	}
+	took := d.took[:0]
+	for range parts {
+		took = append(took, 0)
+	}
+	d.took = took
+	start := time.Now()
+	V, per := d.cfg.VocabSize, (n+parts-1)/parts
+	d.pool.run(n, per, func(lo, hi int) {
+		t := time.Now()
+		d.forwardOn(&d.parts[lo/per], nil, toks[lo:hi], rows[lo:hi], pos[lo:hi], sel[:hi-lo], logits[lo*V:hi*V])
+		took[lo/per] = time.Since(t)
+	})
+	if time.Since(start) > time.Duration(parts)*slices.Min(took) {
+		d.unsplit = splitBackoff
+	}
+}
+
+// splitBackoff is the decode steps forward does not split after a split
+// that did not pay.
+const splitBackoff = 32
+
+// forwardOn is forward on the activations of s, its loops on pool (nil:
+// in the caller).
+func (d *cpuDecoder) forwardOn(s *cpuScratch, pool *cpuPool, toks, rows, pos, sel []int, logits []float32) {
 	c := d.cfg
 	n, D, F, H, KV, hd := len(toks), c.Dim, c.FFNDim, c.Heads, c.KVHeadCount(), c.HeadDim()
 	// A token's row of qkv holds its H query heads, then KV key heads,
@@ -434,12 +503,12 @@ func (d *cpuDecoder) forward(toks, rows, pos, sel []int, logits []float32) {
 	slot := cacheSlot(d.length, hd)
 	eps := float32(c.NormEps)
 	w := d.w
-	x := grow(&d.s.x, n*D)
-	hn := grow(&d.s.hn, n*D)
-	qkv := grow(&d.s.qkv, n*W)
-	att := grow(&d.s.att, n*Q)
-	gu := grow(&d.s.gu, n*2*F)
-	act := grow(&d.s.act, n*F)
+	x := grow(&s.x, n*D)
+	hn := grow(&s.hn, n*D)
+	qkv := grow(&s.qkv, n*W)
+	att := grow(&s.att, n*Q)
+	gu := grow(&s.gu, n*2*F)
+	act := grow(&s.act, n*F)
 	for j, id := range toks {
 		if w.embBF16 != nil {
 			widenBF16(x[j*D:(j+1)*D], w.embBF16[id*D:(id+1)*D])
@@ -450,7 +519,7 @@ func (d *cpuDecoder) forward(toks, rows, pos, sel []int, logits []float32) {
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	tokGrain := max(1, n/16)
 	scoreLen := slot / hd // positions rounded up to whole tiles
-	scores := grow(&d.s.scores, (n+tokGrain-1)/tokGrain*scoreLen)
+	scores := grow(&s.scores, (n+tokGrain-1)/tokGrain*scoreLen)
 	// oneEach: every token is in a row of its own (rows increase), as in
 	// a decode step.
 	oneEach := true
@@ -463,7 +532,7 @@ func (d *cpuDecoder) forward(toks, rows, pos, sel []int, logits []float32) {
 		for j := range n {
 			rmsNormRow(hn[j*D:(j+1)*D], x[j*D:(j+1)*D], ly.attnNorm, eps)
 		}
-		d.matmul(qkv, hn, &ly.qkv, n, false)
+		matmul(pool, qkv, hn, &ly.qkv, n, false)
 		// Add the biases, rotate queries and keys, write keys and values
 		// to the cache.
 		store := func(lo, hi int) {
@@ -511,20 +580,20 @@ func (d *cpuDecoder) forward(toks, rows, pos, sel []int, logits []float32) {
 		}
 		if oneEach {
 			// No token reads another's key: one pass over the pool.
-			d.pool.run(n, tokGrain, func(lo, hi int) {
+			pool.run(n, tokGrain, func(lo, hi int) {
 				store(lo, hi)
 				attend(lo, hi)
 			})
 		} else {
-			d.pool.run(n, tokGrain, store)
-			d.pool.run(n, tokGrain, attend)
+			pool.run(n, tokGrain, store)
+			pool.run(n, tokGrain, attend)
 		}
-		d.matmul(x, att, &ly.o, n, true)
+		matmul(pool, x, att, &ly.o, n, true)
 		for j := range n {
 			rmsNormRow(hn[j*D:(j+1)*D], x[j*D:(j+1)*D], ly.mlpNorm, eps)
 		}
-		d.matmul(gu, hn, &ly.gateUp, n, false)
-		d.pool.run(n, tokGrain, func(lo, hi int) {
+		matmul(pool, gu, hn, &ly.gateUp, n, false)
+		pool.run(n, tokGrain, func(lo, hi int) {
 			for j := lo; j < hi; j++ {
 				g, u, a := gu[j*2*F:j*2*F+F], gu[j*2*F+F:(j+1)*2*F], act[j*F:(j+1)*F]
 				expAffine(a, g, -1, 0) // e^-g
@@ -533,13 +602,13 @@ func (d *cpuDecoder) forward(toks, rows, pos, sel []int, logits []float32) {
 				}
 			}
 		})
-		d.matmul(x, act, &ly.down, n, true)
+		matmul(pool, x, act, &ly.down, n, true)
 	}
-	hs := grow(&d.s.head, len(sel)*D)
+	hs := grow(&s.head, len(sel)*D)
 	for k, j := range sel {
 		rmsNormRow(hs[k*D:(k+1)*D], x[j*D:(j+1)*D], w.norm, eps)
 	}
-	d.matmul(logits, hs, &w.head, len(sel), false)
+	matmul(pool, logits, hs, &w.head, len(sel), false)
 }
 
 // after returns x[i:], or nil when x is shorter.

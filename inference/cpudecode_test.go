@@ -465,6 +465,60 @@ func runDecoderParity(t *testing.T, m *Model, rng *rand.Rand) {
 	steps(6)
 }
 
+// TestCPUDecoderSplitStepMatchesGoMLX checks the decode steps that forward
+// splits into parts of whole rows, one per core (partRows rows a part or
+// more): a full batch, then one with inactive rows, each part's logits in
+// its rows, against GoMLX.
+func TestCPUDecoderSplitStepMatchesGoMLX(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  ModelConfig
+	}{
+		{"odd sizes", oddConfig()},
+		{"grouped heads of 32", qwenLikeConfig()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := newRandomModel(tc.cfg, 0.2, 7)
+			if err != nil {
+				t.Fatal(err)
+			}
+			forEachDecodeKernel(t, func(t *testing.T) {
+				p := newDecoderPair(t, m)
+				cpu := p.cpu.(*cpuDecoder)
+				// A helper even where GOMAXPROCS is 1, so the step splits.
+				cpu.pool = newCPUPool(1)
+				rng := rand.New(rand.NewPCG(5, 6))
+				const rows = 2*partRows + 3
+				src, ids, prompts := make([]int, rows), make([]int, rows), make([][]int, rows)
+				for r := range rows {
+					src[r], ids[r], prompts[r] = -1, r, make([]int, 1+rng.IntN(20))
+					for i := range prompts[r] {
+						prompts[r][i] = rng.IntN(tc.cfg.VocabSize)
+					}
+				}
+				p.resize(src, rows, 40)
+				p.prefill(ids, prompts)
+				toks, pos, active := make([]int32, rows), make([]int32, rows), make([]bool, rows)
+				for r := range rows {
+					toks[r], pos[r], active[r] = int32(rng.IntN(tc.cfg.VocabSize)), int32(len(prompts[r])), true
+				}
+				for step := range 4 {
+					if step == 2 {
+						active[3], active[rows-1] = false, false
+					}
+					cpu.unsplit = 0 // split whatever the last step took
+					logits := p.step(toks, pos, active)
+					for r := range rows {
+						if active[r] {
+							toks[r], pos[r] = int32(argmax(logits[r*tc.cfg.VocabSize:(r+1)*tc.cfg.VocabSize])), pos[r]+1
+						}
+					}
+				}
+			})
+		})
+	}
+}
+
 // TestCPUDecoderFollowsTraining checks that the CPU decoder decodes with the
 // model's current weights after a Trainer changed them in place, as the
 // GoMLX decoder does (RL samples from the policy it is training).
