@@ -3,8 +3,6 @@ package inference
 import (
 	"maps"
 	"math"
-	"math/rand/v2"
-	"path/filepath"
 	"slices"
 	"testing"
 )
@@ -93,53 +91,11 @@ func TestOpenWeightsNativeStepsMatchGoMLX(t *testing.T) {
 	}
 }
 
-// TestOpenWeightsNativeCheckpointServes trains the Qwen2 shape natively,
-// saves it and loads it back: GoMLX's log-probs equal the trainer's, and
-// the CPU decoder's logits equal GoMLX's.
+// TestOpenWeightsNativeCheckpointServes round-trips a natively trained
+// Qwen2-shaped checkpoint between the native trainer, GoMLX and the CPU
+// decoder.
 func TestOpenWeightsNativeCheckpointServes(t *testing.T) {
-	tok := tinyTokenizer(t)
-	cfg := openWeightsTrainConfigs()["qwen2"]
-	cfg.VocabSize = tok.VocabSize()
-	m, err := NewModel(cfg, DefaultBackendConfig(), 23)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nt, err := NewNativeTrainer(m, DefaultTrainConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nt.Close()
-	seqs := [][]int{tok.Encode("The guard watches the gate."), tok.Encode("Welcome, traveller!")}
-	for range 5 {
-		if _, err := nt.Step(Batch{Tokens: seqs}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	native, err := nt.LogProbs(seqs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(t.TempDir(), "npc", "v1")
-	if err := SaveCheckpoint(dir, m, tok, testManifest()); err != nil {
-		t.Fatal(err)
-	}
-	loaded, _, _, err := LoadCheckpoint(dir, DefaultBackendConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if loaded.Config().QKVBias != cfg.QKVBias || loaded.Config().KVHeadCount() != cfg.KVHeads {
-		t.Fatalf("loaded config %+v; want %+v", loaded.Config(), cfg)
-	}
-	viaGoMLX, err := loaded.SequenceLogProbs(seqs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range seqs {
-		if d := maxAbsDiff(viaGoMLX[i], native[i]); d > 1e-4 {
-			t.Errorf("sequence %d: GoMLX log-probs of the loaded checkpoint differ from the trainer's by %g", i, d)
-		}
-	}
-	runDecoderParity(t, loaded, rand.New(rand.NewPCG(5, 6)))
+	checkNativeCheckpointRoundTrip(t, openWeightsTrainConfigs()["qwen2"])
 }
 
 // BenchmarkOpenWeightsTrainStep times a training step of a Qwen2-shaped

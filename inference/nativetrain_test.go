@@ -450,8 +450,16 @@ func TestNativeLogProbsMatchKeptForward(t *testing.T) {
 }
 
 func TestNativeCheckpointRoundTrip(t *testing.T) {
+	checkNativeCheckpointRoundTrip(t, tinyConfig())
+}
+
+// checkNativeCheckpointRoundTrip trains a model of cfg natively, saves it
+// and loads it back: GoMLX's log-probs equal the trainer's and the CPU
+// decoder's logits equal GoMLX's; then the loaded model trained on GoMLX
+// and saved again gives a native trainer the same log-probs.
+func checkNativeCheckpointRoundTrip(t *testing.T, cfg ModelConfig) {
+	t.Helper()
 	tok := tinyTokenizer(t)
-	cfg := tinyConfig()
 	cfg.VocabSize = tok.VocabSize()
 	m, err := NewModel(cfg, DefaultBackendConfig(), 13)
 	if err != nil {
@@ -489,6 +497,7 @@ func TestNativeCheckpointRoundTrip(t *testing.T) {
 			t.Errorf("natively trained checkpoint, sequence %d: GoMLX log-probs differ by %g", i, d)
 		}
 	}
+	runDecoderParity(t, loaded, rand.New(rand.NewPCG(5, 6)))
 	// The other way: train the loaded model on GoMLX, then a native
 	// trainer on a fresh load of its checkpoint sees the same model.
 	gt, err := NewTrainer(loaded, DefaultTrainConfig())
