@@ -2,7 +2,6 @@ package inference
 
 import (
 	"maps"
-	"math"
 	"slices"
 	"testing"
 )
@@ -49,44 +48,13 @@ func TestOpenWeightsNativeStepsMatchGoMLX(t *testing.T) {
 	configs := openWeightsTrainConfigs()
 	for _, name := range slices.Sorted(maps.Keys(configs)) {
 		t.Run(name, func(t *testing.T) {
-			c := configs[name]
-			m, err := NewModel(c, DefaultBackendConfig(), 21)
-			if err != nil {
-				t.Fatal(err)
-			}
-			mn, err := m.Clone()
+			m, err := NewModel(configs[name], DefaultBackendConfig(), 21)
 			if err != nil {
 				t.Fatal(err)
 			}
 			cfg := DefaultTrainConfig()
 			cfg.LearningRate, cfg.WarmupSteps, cfg.Schedule, cfg.TotalSteps = 3e-3, 2, "cosine", 10
-			ref, err := NewTrainer(m, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			nt, err := NewNativeTrainer(mn, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer nt.Close()
-			text := repeatedText(400)
-			worst := 0.0
-			for s := range 6 {
-				b := sftBatch(text, s)
-				want, err := ref.Step(b)
-				if err != nil {
-					t.Fatal(err)
-				}
-				got, err := nt.Step(b)
-				if err != nil {
-					t.Fatal(err)
-				}
-				worst = math.Max(worst, math.Abs(float64(got-want)))
-				if math.Abs(float64(got-want)) > 1e-3 {
-					t.Errorf("step %d: native loss %.5f, GoMLX %.5f", s, got, want)
-				}
-			}
-			t.Logf("worst loss difference %.2g over 6 steps", worst)
+			checkNativeStepsMatch(t, m, cfg, 6)
 		})
 	}
 }
