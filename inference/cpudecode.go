@@ -469,11 +469,9 @@ func (d *cpuDecoder) forward(toks, rows, pos, sel []int, logits []float32) {
 	for len(d.parts) < parts {
 		d.parts = append(d.parts, cpuScratch{})
 	}
-	took := d.took[:0]
-	for range parts {
-		took = append(took, 0)
-	}
-	d.took = took
+	d.took = slices.Grow(d.took[:0], parts)[:parts]
+	took := d.took
+	clear(took)
 	start := time.Now()
 	V, per := d.cfg.VocabSize, (n+parts-1)/parts
 	d.pool.run(n, per, func(lo, hi int) {

@@ -413,9 +413,6 @@ func TestNativeWeightedStepFollowsSign(t *testing.T) {
 	}
 }
 
-// TestNativeCheckpointRoundTrip saves a model trained natively and loads it
-// on the GoMLX path, and trains the loaded one with GoMLX and reads that
-// back into a native trainer: both paths give the same log-probs.
 // TestNativeLogProbsMatchKeptForward checks that LogProbs, which reuses one
 // block's buffers for every block, gives bit for bit the log-probs of the
 // forward that keeps them all for a backward, before and after one.
@@ -455,6 +452,9 @@ func TestNativeLogProbsMatchKeptForward(t *testing.T) {
 	}
 }
 
+// TestNativeCheckpointRoundTrip saves a model trained natively and loads it
+// on the GoMLX path, and trains the loaded one with GoMLX and reads that
+// back into a native trainer: both paths give the same log-probs.
 func TestNativeCheckpointRoundTrip(t *testing.T) {
 	checkNativeCheckpointRoundTrip(t, tinyConfig())
 }
