@@ -96,6 +96,7 @@ type Server struct {
 	tracer         trace.Tracer
 	metricsHandler http.Handler
 	keys           *keyCache
+	stranded       strandedLocks
 }
 
 // New checks cfg and builds a Server; Run serves it.

@@ -141,10 +141,11 @@ type turnLock struct {
 
 // lockScript loads a session and takes its turn lock, so that one message at
 // a time is answered, in one round trip. KEYS: session, lock. ARGV: client
-// id, lock token, lock TTL ms, now ms, session TTL ms. It returns {status}
-// or {status, session hash}: "missing", "forbidden" (another client's),
-// "ended", "busy" (another turn holds the lock) or "locked", in which case
-// the session's last activity and TTL are renewed.
+// id, lock token, lock TTL ms, now ms, session TTL ms, and the token of a
+// lock this gateway stranded on the session (or ""), which counts as free.
+// It returns {status} or {status, session hash}: "missing", "forbidden"
+// (another client's), "ended", "busy" (another turn holds the lock) or
+// "locked", in which case the session's last activity and TTL are renewed.
 var lockScript = redis.NewScript(`
 local h = redis.call('HGETALL', KEYS[1])
 if #h == 0 then return {'missing'} end
@@ -152,7 +153,9 @@ local f = {}
 for i = 1, #h, 2 do f[h[i]] = h[i + 1] end
 if f['client'] ~= ARGV[1] then return {'forbidden'} end
 if f['ended'] ~= '' then return {'ended', h} end
-if not redis.call('SET', KEYS[2], ARGV[2], 'NX', 'PX', ARGV[3]) then return {'busy', h} end
+local held = redis.call('GET', KEYS[2])
+if held and held ~= ARGV[6] then return {'busy', h} end
+redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
 redis.call('HSET', KEYS[1], 'last_activity', ARGV[4])
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
 return {'locked', h}`)
@@ -169,7 +172,7 @@ func (s *Server) lockSession(ctx context.Context, id, clientID string) (*session
 	_, _ = rand.Read(b)
 	token := hex.EncodeToString(b)
 	res, err := lockScript.Run(ctx, s.rdb, []string{s.sessionKey(id), s.lockKey(id)}, clientID, token,
-		(s.cfg.RequestTimeout + 10*time.Second).Milliseconds(), s.now().UnixMilli(), s.liveTTL().Milliseconds()).Slice()
+		s.lockTTL().Milliseconds(), s.now().UnixMilli(), s.liveTTL().Milliseconds(), s.stranded.token(id)).Slice()
 	if err != nil {
 		return nil, nil, fmt.Errorf("lock session %s: %w", id, err)
 	}
@@ -191,10 +194,16 @@ func (s *Server) lockSession(ctx context.Context, id, clientID string) (*session
 	case "busy":
 		return sess, nil, nil
 	}
+	s.stranded.forget(id)
 	return sess, &turnLock{s: s, id: id, token: token, held: true}, nil
 }
 
-// unlock releases the lock unless appendTurn already did.
+// lockTTL bounds how long a turn lock outlives a gateway that died holding it.
+func (s *Server) lockTTL() time.Duration { return s.cfg.RequestTimeout + 10*time.Second }
+
+// unlock releases the lock unless appendTurn already did. When Redis cannot
+// be reached (it is failing over, say) the lock is remembered as stranded,
+// so that the session's next message on this gateway takes it over.
 func (l *turnLock) unlock(ctx context.Context) {
 	if l == nil || !l.held {
 		return
@@ -204,6 +213,7 @@ func (l *turnLock) unlock(ctx context.Context) {
 	defer cancel()
 	if err := unlockScript.Run(ctx, l.s.rdb, []string{l.s.lockKey(l.id)}, l.token).Err(); err != nil {
 		l.s.log.Warn("unlock session", "session_id", l.id, "err", err)
+		l.s.stranded.add(l.id, l.token, l.s.now(), l.s.lockTTL())
 	}
 }
 

@@ -2,12 +2,15 @@ package gateway
 
 import (
 	"context"
+	"net/http"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/parleyhq/parley/inference"
+	"github.com/parleyhq/parley/internal/testenv"
 	"github.com/parleyhq/parley/schema"
 )
 
@@ -59,4 +62,41 @@ func TestSweepTrustsTheSessionHash(t *testing.T) {
 	if n, err := e.srv.Sweep(ctx); err != nil || n != 1 {
 		t.Fatalf("Sweep once idle by its hash = %d, %v; want 1, nil", n, err)
 	}
+}
+
+// TestStrandedLockIsTakenOver covers a turn whose Redis went away while the
+// reply was generated (a Sentinel failover, say): its save and its unlock
+// both fail, so the lock stays in Redis. Once Redis answers again, the
+// session's next message on this gateway takes that lock over rather than
+// answering 409 turn_in_progress until it expires; another turn's live lock
+// still answers 409.
+func TestStrandedLockIsTakenOver(t *testing.T) {
+	r := testenv.StartRedis(t)
+	proxy := startTCPProxy(t, r.Addr)
+	slow := newSlow(FromEngine(startEngine(t, inference.DefaultEngineConfig())))
+	e := newEnvOn(t, r, &recorder{}, &clock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}, slow,
+		func(_ *Config, d *Deps) { d.Redis = redis.NewClient(&redis.Options{Addr: proxy.addr}) })
+	s := e.createSession(e.key, "player-1")
+	path := "/v1/sessions/" + s.SessionID + "/messages"
+
+	first := make(chan response, 1)
+	go func() { first <- e.do("POST", path, e.key, schema.MessageRequest{Text: "hello"}) }()
+	<-slow.started
+	proxy.setCut(true)
+	close(slow.release)
+	assertError(t, <-first, http.StatusServiceUnavailable, "unavailable")
+	proxy.setCut(false)
+	ctx := context.Background()
+	if n, err := r.Client.Exists(ctx, e.srv.lockKey(s.SessionID)).Result(); err != nil || n != 1 {
+		t.Fatalf("the failed turn's lock exists = %d, %v; want it stranded in Redis", n, err)
+	}
+
+	got := e.say(e.key, s.SessionID, "hello again")
+	if got.Turn != 1 {
+		t.Errorf("the message after Redis returned is turn %d; want 1", got.Turn)
+	}
+	if err := r.Client.Set(ctx, e.srv.lockKey(s.SessionID), "another-turn", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	assertError(t, e.do("POST", path, e.key, schema.MessageRequest{Text: "and again"}), http.StatusConflict, "turn_in_progress")
 }
