@@ -162,6 +162,19 @@ type ackedTurn struct {
 // through go-redis' Sentinel client, without a restart.
 func TestRedisSentinelFailover(t *testing.T) {
 	began := time.Now()
+	// The processes' logs are printed when the test fails; the failures are
+	// repeated after them, where a log's tail still shows them.
+	var failures []string
+	fail := func(format string, args ...any) {
+		msg := fmt.Sprintf(format, args...)
+		failures = append(failures, msg)
+		t.Error(msg)
+	}
+	t.Cleanup(func() {
+		if len(failures) > 0 {
+			t.Logf("FAILURES (%d):\n%s", len(failures), strings.Join(failures, "\n"))
+		}
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	set := startSentinelSet(t)
@@ -274,7 +287,7 @@ func TestRedisSentinelFailover(t *testing.T) {
 	for what, n := range errs {
 		nErr += n
 		if !strings.HasPrefix(what, "503 unavailable") {
-			t.Errorf("players saw %d × %s during the failover; want only 503 unavailable with Retry-After", n, what)
+			fail("players saw %d × %s during the failover; want only 503 unavailable with Retry-After", n, what)
 		}
 	}
 	t.Logf("FAILOVER: primary %s killed; sentinels promoted %s after %.2fs; first request sent after the kill answered %.2fs after it; "+
@@ -291,7 +304,7 @@ func TestRedisSentinelFailover(t *testing.T) {
 		if !ok {
 			view, r := getSession(ctx, gw.base, key, a.session)
 			if r.status != http.StatusOK {
-				t.Errorf("TURN LOST: session %s of an acknowledged turn: %v", a.session, r)
+				fail("TURN LOST: session %s of an acknowledged turn: %v", a.session, r)
 				lost++
 				continue
 			}
@@ -299,21 +312,21 @@ func TestRedisSentinelFailover(t *testing.T) {
 			transcripts[a.session] = x
 		}
 		if !slices.ContainsFunc(x, func(e schema.Exchange) bool { return e.Turn == a.turn && e.NPC == a.reply }) {
-			t.Errorf("TURN LOST: session %s turn %d was answered 200 but its transcript lacks it", a.session, a.turn)
+			fail("TURN LOST: session %s turn %d was answered 200 but its transcript lacks it", a.session, a.turn)
 			lost++
 		}
 	}
 	// ... and each is on the topic, with every session's start, once the
 	// gateway has flushed its spool.
 	if err := gw.stop(); err != nil {
-		t.Errorf("gateway stop: %v", err)
+		fail("gateway stop: %v", err)
 	}
 	c := countEvents(topicRecords(ctx, t, k.Addrs, spec.Topic))
 	var lostEvents int
 	for _, id := range sessions {
 		evs := c.sessions[id]
 		if !slices.ContainsFunc(evs, func(e schema.SessionEvent) bool { return e.Type == schema.SessionStarted }) {
-			t.Errorf("EVENT LOST: session_started of %s", id)
+			fail("EVENT LOST: session_started of %s", id)
 			lostEvents++
 		}
 		if x, ok := transcripts[id]; ok {
@@ -324,14 +337,14 @@ func TestRedisSentinelFailover(t *testing.T) {
 		if !slices.ContainsFunc(c.sessions[a.session], func(e schema.SessionEvent) bool {
 			return e.Type == schema.TurnEvent && e.Turn == a.turn && e.NPCText == a.reply
 		}) {
-			t.Errorf("EVENT LOST: turn %d of session %s was answered 200 but has no event on the topic", a.turn, a.session)
+			fail("EVENT LOST: turn %d of session %s was answered 200 but has no event on the topic", a.turn, a.session)
 			lostEvents++
 		}
 	}
 	t.Logf("DURABILITY: %d sessions created, %d turns acknowledged; lost turns %d, lost events %d; topic %d records, %d duplicates",
 		len(sessions), len(acked), lost, lostEvents, c.records, c.duplicates)
 	if len(acked) == 0 || after == 0 {
-		t.Errorf("the load made %d acknowledged turns, %d answers after the kill; want both > 0", len(acked), after)
+		fail("the load made %d acknowledged turns, %d answers after the kill; want both > 0", len(acked), after)
 	}
 	t.Logf("runtime %.1fs", time.Since(began).Seconds())
 }
