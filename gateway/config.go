@@ -63,6 +63,17 @@ type Config struct {
 	// a ": keep-alive" comment (0: never).
 	SSEKeepAlive time.Duration
 
+	// ReplicaAcks is how many Redis replicas must confirm a new session and
+	// each saved turn before the player is answered (Redis WAIT), so that a
+	// failover to a replica keeps every acknowledged turn: replication is
+	// asynchronous, and a primary killed right after answering takes its
+	// last writes with it. 0 answers at once. It is for a single primary
+	// with replicas (Sentinel), not a cluster. When fewer replicas confirm
+	// within ReplicaAckTimeout (one is down), the player is answered anyway
+	// and a warning logged, so a lost replica costs latency, not service.
+	ReplicaAcks       int
+	ReplicaAckTimeout time.Duration
+
 	// DefaultNPC is the persona of sessions that name none.
 	DefaultNPC string
 	// Personas are the NPCs by id.
@@ -92,27 +103,28 @@ type Sampling struct {
 // (top-k 50, temperature 0.7) and the companion persona.
 func DefaultConfig() Config {
 	return Config{
-		Addr:            "127.0.0.1:8080",
-		Deployment:      "companion",
-		KeyPrefix:       "parley:",
-		PolicyVersion:   "v0",
-		MaxBodyBytes:    64 << 10,
-		MaxMessageBytes: 2000,
-		MaxTurns:        50,
-		MaxHistory:      50,
-		IdleTimeout:     10 * time.Minute,
-		SweepInterval:   5 * time.Second,
-		EndedRetention:  time.Hour,
-		RequestTimeout:  60 * time.Second,
-		ShutdownTimeout: 30 * time.Second,
-		ClientRate:      200,
-		ClientBurst:     400,
-		PlayerRate:      1,
-		PlayerBurst:     5,
-		KeyCacheTTL:     5 * time.Second,
-		KeyCacheSize:    10000,
-		SSEKeepAlive:    15 * time.Second,
-		DefaultNPC:      "mira",
+		Addr:              "127.0.0.1:8080",
+		Deployment:        "companion",
+		KeyPrefix:         "parley:",
+		PolicyVersion:     "v0",
+		MaxBodyBytes:      64 << 10,
+		MaxMessageBytes:   2000,
+		MaxTurns:          50,
+		MaxHistory:        50,
+		IdleTimeout:       10 * time.Minute,
+		SweepInterval:     5 * time.Second,
+		EndedRetention:    time.Hour,
+		RequestTimeout:    60 * time.Second,
+		ShutdownTimeout:   30 * time.Second,
+		ClientRate:        200,
+		ClientBurst:       400,
+		PlayerRate:        1,
+		PlayerBurst:       5,
+		KeyCacheTTL:       5 * time.Second,
+		KeyCacheSize:      10000,
+		SSEKeepAlive:      15 * time.Second,
+		ReplicaAckTimeout: time.Second,
+		DefaultNPC:        "mira",
 		Personas: map[string]Persona{
 			"mira": {Name: "Mira", Card: inference.CompanionCard, Greeting: "Hey, you're back! Where are we heading today?"},
 		},
@@ -156,6 +168,7 @@ func (c Config) Validate() error {
 		{"player rate", c.PlayerRate >= 0 && (c.PlayerRate == 0 || c.PlayerBurst >= 1)},
 		{"key cache ttl", c.KeyCacheTTL >= 0 && (c.KeyCacheTTL == 0 || c.KeyCacheSize >= 1)},
 		{"sse keep-alive", c.SSEKeepAlive >= 0},
+		{"replica acks", c.ReplicaAcks >= 0 && (c.ReplicaAcks == 0 || c.ReplicaAckTimeout > 0)},
 		{"sampling max tokens", c.Sampling.MaxTokens >= 1},
 		{"sampling temperature", c.Sampling.Temperature >= 0 && c.Sampling.Temperature <= 2},
 		{"sampling top-k", c.Sampling.TopK >= 0},

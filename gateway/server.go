@@ -97,6 +97,8 @@ type Server struct {
 	metricsHandler http.Handler
 	keys           *keyCache
 	stranded       strandedLocks
+	// unreplicatedWarned is when (unix ns) warnUnreplicated last logged.
+	unreplicatedWarned atomic.Int64
 }
 
 // New checks cfg and builds a Server; Run serves it.

@@ -74,19 +74,56 @@ func (s *Server) createSession(ctx context.Context, sess *session) error {
 		return fmt.Errorf("create session %s: %w", sess.ID, err)
 	}
 	key := s.sessionKey(sess.ID)
-	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, key,
-			"client", sess.ClientID, "player", sess.PlayerID, "npc", sess.NPCID,
-			"policy_version", sess.PolicyVersion, "arm", sess.Arm, "experiment_id", sess.ExperimentID,
-			"salt", sess.Salt, "generation", sess.Generation, "turns", 0, "ended", "", "history", "[]", "client_meta", string(meta),
-			"last_activity", now.UnixMilli())
-		p.PExpire(ctx, key, s.liveTTL())
-		return nil
+	err := s.replicated(ctx, func(c redis.Cmdable) error {
+		_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.HSet(ctx, key,
+				"client", sess.ClientID, "player", sess.PlayerID, "npc", sess.NPCID,
+				"policy_version", sess.PolicyVersion, "arm", sess.Arm, "experiment_id", sess.ExperimentID,
+				"salt", sess.Salt, "generation", sess.Generation, "turns", 0, "ended", "", "history", "[]", "client_meta", string(meta),
+				"last_activity", now.UnixMilli())
+			p.PExpire(ctx, key, s.liveTTL())
+			return nil
+		})
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("create session %s: %w", sess.ID, err)
 	}
 	return nil
+}
+
+// replicated runs write on one Redis connection and, with
+// Config.ReplicaAcks, then waits (WAIT) until that many replicas have what
+// it wrote; a shortfall after ReplicaAckTimeout is logged, not returned.
+func (s *Server) replicated(ctx context.Context, write func(redis.Cmdable) error) error {
+	c, ok := s.rdb.(*redis.Client)
+	if s.cfg.ReplicaAcks == 0 || !ok {
+		return write(s.rdb)
+	}
+	conn := c.Conn()
+	defer conn.Close()
+	if err := write(conn); err != nil {
+		return err
+	}
+	n, err := conn.Wait(ctx, s.cfg.ReplicaAcks, s.cfg.ReplicaAckTimeout).Result()
+	if err != nil {
+		return fmt.Errorf("wait for %d replicas: %w", s.cfg.ReplicaAcks, err)
+	}
+	if n < int64(s.cfg.ReplicaAcks) {
+		s.warnUnreplicated(n)
+	}
+	return nil
+}
+
+// warnUnreplicated logs, at most every ten seconds, that a write was
+// answered before Config.ReplicaAcks replicas confirmed it.
+func (s *Server) warnUnreplicated(confirmed int64) {
+	now, last := s.now().UnixNano(), s.unreplicatedWarned.Load()
+	if now-last < int64(10*time.Second) || !s.unreplicatedWarned.CompareAndSwap(last, now) {
+		return
+	}
+	s.log.Warn("answered before the Redis replicas confirmed the write; a failover now could lose it",
+		"replicas_wanted", s.cfg.ReplicaAcks, "replicas_confirmed", confirmed, "timeout", s.cfg.ReplicaAckTimeout)
 }
 
 // loadSession reads a session; ErrNotFound when there is none.
@@ -265,9 +302,13 @@ func (s *Server) appendTurn(ctx context.Context, sess *session, lock *turnLock, 
 	if err != nil {
 		return false, fmt.Errorf("append turn to %s: %w", sess.ID, err)
 	}
-	r, err := appendScript.Run(ctx, s.rdb, []string{s.sessionKey(sess.ID), s.lockKey(sess.ID)},
-		lock.token, sess.Turns, hj, s.now().UnixMilli(), s.liveTTL().Milliseconds(), s.cfg.MaxTurns,
-		s.cfg.EndedRetention.Milliseconds()).Int()
+	var r int
+	err = s.replicated(ctx, func(c redis.Cmdable) (err error) {
+		r, err = appendScript.Run(ctx, c, []string{s.sessionKey(sess.ID), s.lockKey(sess.ID)},
+			lock.token, sess.Turns, hj, s.now().UnixMilli(), s.liveTTL().Milliseconds(), s.cfg.MaxTurns,
+			s.cfg.EndedRetention.Milliseconds()).Int()
+		return err
+	})
 	if err != nil {
 		return false, fmt.Errorf("append turn to %s: %w", sess.ID, err)
 	}

@@ -1,8 +1,17 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
+	"net"
 	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -99,4 +108,111 @@ func TestStrandedLockIsTakenOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertError(t, e.do("POST", path, e.key, schema.MessageRequest{Text: "and again"}), http.StatusConflict, "turn_in_progress")
+}
+
+// TestReplicaAcksWaitForTheReplica: with ReplicaAcks a saved turn is
+// answered only once a replica has it. While the replica is stopped
+// (SIGSTOP) the answer waits; once it runs again the answer comes and the
+// replica holds the turn. A gateway with a short ReplicaAckTimeout answers
+// anyway and warns.
+func TestReplicaAcksWaitForTheReplica(t *testing.T) {
+	if os.Getenv("REDIS_ADDR") != "" {
+		t.Skip("needs a redis-server of its own to replicate")
+	}
+	r := testenv.StartRedis(t)
+	replica := startReplica(t, r)
+	clk := &clock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	gen := FromEngine(startEngine(t, inference.DefaultEngineConfig()))
+	e := newEnvOn(t, r, &recorder{}, clk, gen, func(c *Config, _ *Deps) { c.ReplicaAcks, c.ReplicaAckTimeout = 1, time.Minute })
+	var logs lockedBuffer
+	short := newEnvOn(t, r, &recorder{}, clk, gen, func(c *Config, d *Deps) {
+		c.ReplicaAcks, c.ReplicaAckTimeout = 1, 100*time.Millisecond
+		d.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	s := e.createSession(e.key, "player-1")
+
+	if err := replica.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	answered := make(chan response, 1)
+	go func() {
+		answered <- e.do("POST", "/v1/sessions/"+s.SessionID+"/messages", e.key, schema.MessageRequest{Text: "hello"})
+	}()
+	select {
+	case r := <-answered:
+		t.Fatalf("answered %d while the replica was stopped; want the answer held until it confirms", r.status)
+	case <-time.After(300 * time.Millisecond):
+	}
+	shortS := short.createSession(short.key, "player-2")
+	short.say(short.key, shortS.SessionID, "hello")
+	if !strings.Contains(logs.String(), "replicas_confirmed=0") {
+		t.Errorf("a gateway answering before its replica confirmed logged %q; want a warning", logs.String())
+	}
+	if err := replica.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	var got schema.MessageResponse
+	(<-answered).decode(t, http.StatusOK, &got)
+	turns, err := replica.client.HGet(context.Background(), e.srv.sessionKey(s.SessionID), "turns").Result()
+	if err != nil || turns != "1" {
+		t.Errorf("the replica's turns of the answered session = %q, %v; want 1", turns, err)
+	}
+}
+
+// replicaProc is a redis-server replicating another.
+type replicaProc struct {
+	cmd    *exec.Cmd
+	client *redis.Client
+}
+
+// startReplica runs a redis-server that replicates primary and waits until it is in sync.
+func startReplica(t *testing.T, primary *testenv.Redis) *replicaProc {
+	t.Helper()
+	// Sync at once rather than after the default 5 s wait for more replicas.
+	if err := primary.Client.ConfigSet(context.Background(), "repl-diskless-sync-delay", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := net.SplitHostPort(primary.Addr)
+	addr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
+	_, myPort, _ := net.SplitHostPort(addr)
+	p := &replicaProc{cmd: exec.Command("redis-server", "--port", myPort, "--bind", "127.0.0.1", "--save", "",
+		"--appendonly", "no", "--dir", t.TempDir(), "--replicaof", host, port)}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start a replica: %v", err)
+	}
+	p.client = redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		_ = p.cmd.Wait()
+		_ = p.client.Close()
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		info, err := p.client.Info(context.Background(), "replication").Result()
+		if err == nil && strings.Contains(info, "master_link_status:up") {
+			return p
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the replica at %s is not in sync after 20s: %v", addr, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer that goroutines may write while a test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -55,6 +55,7 @@ type Config struct {
 func DefaultConfig() Config {
 	g := gateway.DefaultConfig()
 	g.Deployment = "npc"
+	g.ReplicaAcks = 1 // with Sentinel; complete drops it otherwise
 	host, _ := os.Hostname()
 	return Config{
 		Gateway: g, SessionLog: sessionlog.DefaultConfig(), Pool: modelpool.DefaultConfig(),
@@ -67,6 +68,9 @@ func DefaultConfig() Config {
 
 // complete fills the fields that derive from others.
 func (c Config) complete() Config {
+	if c.RedisMasterName == "" {
+		c.Gateway.ReplicaAcks = 0 // a plain primary may have no replica to wait for; a cluster's WAIT has no node
+	}
 	c.SessionLog.SpoolDir = filepath.Join(c.DataDir, "spool")
 	c.Pool.WorkDir = filepath.Join(c.DataDir, "pool")
 	c.Rollout.Prefix = c.Gateway.KeyPrefix

@@ -121,3 +121,20 @@ func TestGatewayProcessEndToEnd(t *testing.T) {
 		t.Errorf("spool dir is empty; want the spool's files to remain for the next start")
 	}
 }
+
+// TestReplicaAcksOnlyWithSentinel: a gateway waits for a replica's
+// confirmation by default behind Sentinel, and never on a plain primary
+// (which may have no replica) or a cluster.
+func TestReplicaAcksOnlyWithSentinel(t *testing.T) {
+	for _, tc := range []struct {
+		master  string
+		cluster bool
+		want    int
+	}{{"parley", false, 1}, {"", false, 0}, {"", true, 0}} {
+		c := DefaultConfig()
+		c.RedisMasterName, c.RedisCluster = tc.master, tc.cluster
+		if got := c.complete().Gateway.ReplicaAcks; got != tc.want {
+			t.Errorf("master %q cluster %v: ReplicaAcks %d; want %d", tc.master, tc.cluster, got, tc.want)
+		}
+	}
+}
