@@ -97,8 +97,7 @@ type Server struct {
 	metricsHandler http.Handler
 	keys           *keyCache
 	stranded       strandedLocks
-	// unreplicatedWarned is when (unix ns) warnUnreplicated last logged.
-	unreplicatedWarned atomic.Int64
+	replicas       replicaWait
 }
 
 // New checks cfg and builds a Server; Run serves it.
@@ -334,16 +333,21 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		if route == "" {
 			route = "unmatched"
 		}
-		span := trace.SpanFromContext(c.Request().Context())
-		span.SetName(c.Request().Method + " " + route)
-		span.SetAttributes(attribute.String("http.route", route))
+		// A span that records nothing (no tracer configured) would drop
+		// the name and attribute: they are not built for it.
+		if span := trace.SpanFromContext(c.Request().Context()); span.IsRecording() {
+			span.SetName(c.Request().Method + " " + route)
+			span.SetAttributes(attribute.String("http.route", route))
+		}
 		err := next(c)
 		if err != nil {
 			c.Error(err)
 		}
 		status, d := c.Response().Status, time.Since(start)
 		s.metrics.request(c.Request().Context(), route, c.Request().Method, status, d)
-		s.log.Debug("request", "method", c.Request().Method, "route", route, "status", status, "duration", d)
+		if s.log.Enabled(context.Background(), slog.LevelDebug) { // as Debug checks, before its arguments are boxed
+			s.log.Debug("request", "method", c.Request().Method, "route", route, "status", status, "duration", d)
+		}
 		return nil
 	}
 }

@@ -92,40 +92,6 @@ func (s *Server) createSession(ctx context.Context, sess *session) error {
 	return nil
 }
 
-// replicated runs write on one Redis connection and, with
-// Config.ReplicaAcks, then waits (WAIT) until that many replicas have what
-// it wrote; a shortfall after ReplicaAckTimeout is logged, not returned.
-func (s *Server) replicated(ctx context.Context, write func(redis.Cmdable) error) error {
-	c, ok := s.rdb.(*redis.Client)
-	if s.cfg.ReplicaAcks == 0 || !ok {
-		return write(s.rdb)
-	}
-	conn := c.Conn()
-	defer conn.Close()
-	if err := write(conn); err != nil {
-		return err
-	}
-	n, err := conn.Wait(ctx, s.cfg.ReplicaAcks, s.cfg.ReplicaAckTimeout).Result()
-	if err != nil {
-		return fmt.Errorf("wait for %d replicas: %w", s.cfg.ReplicaAcks, err)
-	}
-	if n < int64(s.cfg.ReplicaAcks) {
-		s.warnUnreplicated(n)
-	}
-	return nil
-}
-
-// warnUnreplicated logs, at most every ten seconds, that a write was
-// answered before Config.ReplicaAcks replicas confirmed it.
-func (s *Server) warnUnreplicated(confirmed int64) {
-	now, last := s.now().UnixNano(), s.unreplicatedWarned.Load()
-	if now-last < int64(10*time.Second) || !s.unreplicatedWarned.CompareAndSwap(last, now) {
-		return
-	}
-	s.log.Warn("answered before the Redis replicas confirmed the write; a failover now could lose it",
-		"replicas_wanted", s.cfg.ReplicaAcks, "replicas_confirmed", confirmed, "timeout", s.cfg.ReplicaAckTimeout)
-}
-
 // loadSession reads a session; ErrNotFound when there is none.
 func (s *Server) loadSession(ctx context.Context, id string) (*session, error) {
 	if _, err := uuid.Parse(id); err != nil {

@@ -159,6 +159,22 @@ func TestReplicaAcksWaitForTheReplica(t *testing.T) {
 	}
 }
 
+// TestReplicaAcksWithoutReplicas: a primary with no replica connected (the
+// one a failover just promoted) is not waited on, so answers are not slowed
+// and no write is reported unconfirmed.
+func TestReplicaAcksWithoutReplicas(t *testing.T) {
+	var logs lockedBuffer
+	e := newEnv(t, FromEngine(startEngine(t, inference.DefaultEngineConfig())), func(c *Config, d *Deps) {
+		c.ReplicaAcks, c.ReplicaAckTimeout = 1, 5*time.Second
+		d.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	s := e.createSession(e.key, "player-1")
+	e.say(e.key, s.SessionID, "hello")
+	if strings.Contains(logs.String(), "replicas_confirmed") {
+		t.Errorf("a primary without replicas was waited on: %s", logs.String())
+	}
+}
+
 // replicaProc is a redis-server replicating another.
 type replicaProc struct {
 	cmd    *exec.Cmd
