@@ -54,7 +54,7 @@ func gatewayFlags(f *pflag.FlagSet, cfg *gatewayd.Config) {
 	f.StringVar(&gc.Addr, "addr", gc.Addr, "HTTP listen address, host:port")
 	redisFlags(f, &cfg.RedisAddr, &cfg.RedisMasterName, &cfg.RedisCluster, "Redis of sessions, keys and rollout state")
 	f.IntVar(&gc.ReplicaAcks, "redis-replica-acks", gc.ReplicaAcks,
-		"with --redis-master-name: Redis replicas that must confirm a new session and each saved turn before the player is answered (WAIT), so a failover loses no acknowledged turn; 0 = answer at once")
+		"with --redis-master-name: Redis replicas (at most those connected) that must confirm a new session and each saved turn before the player is answered (WAIT), so a failover loses no acknowledged turn; 0 = answer at once")
 	f.DurationVar(&gc.ReplicaAckTimeout, "redis-replica-ack-timeout", gc.ReplicaAckTimeout,
 		"how long to wait for those replicas; after it the player is answered anyway and a warning logged")
 	f.StringSliceVar(&cfg.SessionLog.Brokers, "kafka-brokers", cfg.SessionLog.Brokers, "Kafka bootstrap brokers, host:port,...")
