@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/parleyhq/parley/schema"
 )
@@ -49,17 +50,18 @@ import (
 // floor, not a classifier.
 //
 // The zero Guard is ready to use; one from NewGuard also keeps the
-// normalised persona cards, which every reply is checked against.
+// eight-word runs of the normalised persona cards, which every reply is
+// checked against.
 type Guard struct {
-	cards map[string]string // persona card → normalize(card); read-only
+	cards map[string]cardRuns // persona card → its runs; read-only
 }
 
-// NewGuard returns a Guard that normalises the cards of personas once,
-// not on every reply.
+// NewGuard returns a Guard that normalises the cards of personas and cuts
+// them into runs once, not on every reply.
 func NewGuard(personas map[string]Persona) Guard {
-	g := Guard{cards: make(map[string]string, len(personas))}
+	g := Guard{cards: make(map[string]cardRuns, len(personas))}
 	for _, p := range personas {
-		g.cards[p.Card] = normalize(p.Card)
+		g.cards[p.Card] = newCardRuns(normalize(p.Card))
 	}
 	return g
 }
@@ -134,6 +136,74 @@ var chatSpeak = map[string]string{
 // joined and surrounded by single spaces. It runs on every message and
 // reply, and on the persona card, so it scans once without regexps.
 func normalize(s string) string {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return normalizeText(s)
+		}
+	}
+	return normalizeASCII(s)
+}
+
+// asciiFold maps an ASCII byte to what it is in a word after lowering and
+// undoing digit-for-letter substitutions, or to 0 when it is no word's.
+var asciiFold = func() (t [utf8.RuneSelf]byte) {
+	for c := 'a'; c <= 'z'; c++ {
+		t[c], t[c-'a'+'A'] = byte(c), byte(c)
+	}
+	t['\''] = '\''
+	for from, to := range map[byte]byte{'0': 'o', '1': 'i', '3': 'e', '4': 'a', '5': 's', '7': 't', '@': 'a', '$': 's'} {
+		t[from] = to
+	}
+	return t
+}()
+
+// normalizeASCII is normalizeText for an ASCII s, in one pass and one
+// allocation: asciiFold does what ToLower and leetReplacer do to ASCII.
+func normalizeASCII(s string) string {
+	var b strings.Builder
+	b.Grow(len(s) + 2)
+	b.WriteByte(' ')
+	word := -1 // start of the current word in s; -1 between words
+	flush := func(end int) {
+		if word < 0 {
+			return
+		}
+		w := s[word:end]
+		word = -1
+		var short [8]byte // longer than every chatSpeak key
+		if len(w) <= len(short) {
+			for i := range len(w) {
+				short[i] = asciiFold[w[i]]
+			}
+			if x, ok := chatSpeak[string(short[:len(w)])]; ok {
+				b.WriteString(x)
+				b.WriteByte(' ')
+				return
+			}
+		}
+		for i := range len(w) {
+			b.WriteByte(asciiFold[w[i]])
+		}
+		b.WriteByte(' ')
+	}
+	for i := 0; i < len(s); i++ {
+		if asciiFold[s[i]] != 0 {
+			if word < 0 {
+				word = i
+			}
+			continue
+		}
+		flush(i)
+	}
+	flush(len(s))
+	if b.Len() == 1 {
+		return "  "
+	}
+	return b.String()
+}
+
+// normalizeText is normalize for any text.
+func normalizeText(s string) string {
 	s = leetReplacer.Replace(strings.ToLower(s))
 	var b strings.Builder
 	b.Grow(len(s) + 2)
@@ -185,36 +255,71 @@ func (Guard) CheckInput(text string) Verdict {
 // streaming, before the final event); card is the persona card of the prompt.
 func (g Guard) CheckOutput(reply, card string) Verdict {
 	n := normalize(reply)
-	normCard, ok := g.cards[card]
-	if !ok {
-		normCard = normalize(card)
-	}
 	switch {
 	case selfHarmOutputRE.MatchString(n):
 		return Verdict{Safety: schema.SafetyRefused, Rule: "self-harm-output", Reply: RefusalReply}
 	case illegalRE.MatchString(n):
 		return Verdict{Safety: schema.SafetyRefused, Rule: "illegal", Reply: RefusalReply}
-	case leaksCard(n, normCard):
+	case g.leaks(n, card):
 		return Verdict{Safety: schema.SafetyRefused, Rule: "prompt-leak", Reply: RefusalReply}
 	}
 	return Verdict{Safety: schema.SafetyNone}
+}
+
+// leaks reports whether reply (normalised) holds eight consecutive words of
+// card: through the card's runs when NewGuard was given it.
+func (g Guard) leaks(reply, card string) bool {
+	if runs, ok := g.cards[card]; ok {
+		return runs.leakedBy(reply)
+	}
+	return leaksCard(reply, normalize(card))
 }
 
 // leaksCard reports whether reply (normalised) holds eight consecutive
 // words of card (normalised). It looks for each eight-word run of the reply,
 // the shorter text, in the card, slicing the runs out of reply.
 func leaksCard(reply, card string) bool {
+	return eachRun(reply, func(run string) bool { return strings.Contains(card, run) })
+}
+
+// cardRuns holds every eight-word run of a normalised card, each with the
+// spaces around it (" w1 … w8 "), as leaksCard looks for them.
+type cardRuns map[string]struct{}
+
+func newCardRuns(card string) cardRuns {
+	runs := cardRuns{}
+	eachRun(card, func(run string) bool {
+		runs[run] = struct{}{}
+		return false
+	})
+	return runs
+}
+
+// leakedBy is leaksCard(reply, card) for the card the runs were cut from:
+// in a normalised text words are separated by single spaces, so an
+// eight-word run of the reply is in the card exactly when it is one of the
+// card's runs.
+func (r cardRuns) leakedBy(reply string) bool {
+	return eachRun(reply, func(run string) bool {
+		_, ok := r[run]
+		return ok
+	})
+}
+
+// eachRun calls f with each eight-word run of s (normalised), with the
+// spaces around it, until f returns true, and reports whether it did.
+func eachRun(s string, f func(run string) bool) bool {
 	const n = 8
-	// spaces[i] is the index of the space before reply's word i; the last
-	// is the trailing space.
-	var spaces []int
-	for i := 0; i < len(reply); i++ {
-		if reply[i] == ' ' {
-			spaces = append(spaces, i)
+	// starts holds the indexes of the last n+1 spaces, a ring.
+	var starts [n + 1]int
+	seen := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] != ' ' {
+			continue
 		}
-	}
-	for i := 0; i+n < len(spaces); i++ {
-		if strings.Contains(card, reply[spaces[i]:spaces[i+n]+1]) {
+		starts[seen%(n+1)] = i
+		seen++
+		if seen > n && f(s[starts[seen%(n+1)]:i+1]) {
 			return true
 		}
 	}

@@ -123,11 +123,31 @@ func TestNormalizeAndLeaksCardMatchTheirReferences(t *testing.T) {
 			t.Errorf("normalize(%q) = %q; want %q", x, got, want)
 		}
 		for _, c := range []string{normalize(card), normalize("you are mira a warm companion"), "  "} {
-			if got, want := leaksCard(normalize(x), c), leaksCardByJoin(normalize(x), c); got != want {
+			want := leaksCardByJoin(normalize(x), c)
+			if got := leaksCard(normalize(x), c); got != want {
 				t.Errorf("leaksCard(%q, %q) = %v; want %v", normalize(x), c, got, want)
+			}
+			if got := newCardRuns(c).leakedBy(normalize(x)); got != want {
+				t.Errorf("newCardRuns(%q).leakedBy(%q) = %v; want %v", c, normalize(x), got, want)
 			}
 		}
 	}
+}
+
+// FuzzNormalize checks normalize, whose ASCII texts take a one-pass path of
+// their own, against its reference.
+func FuzzNormalize(f *testing.F) {
+	for _, s := range []string{"", "U wanna KMS?? 1m D0NE", "r u ok", "Don’t go", "it's 4 @ $5 7 3", "gonna'", "wannabe u'"} {
+		f.Add(s)
+	}
+	for _, a := range adversarial {
+		f.Add(a.text)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := normalize(s), normalizeByRegexp(s); got != want {
+			t.Fatalf("normalize(%q) = %q; want %q", s, got, want)
+		}
+	})
 }
 
 // TestAdversarialPlayers sends one player of each kind through the gateway.
