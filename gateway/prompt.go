@@ -34,6 +34,7 @@ func buildPrompt(tok *inference.Tokenizer, p Persona, history []schema.Exchange,
 	}
 	// Take exchanges newest first while they fit.
 	var parts [][]int
+	size := len(headIDs) + len(tail)
 	for i := len(history) - 1; i >= 0; i-- {
 		x := history[i]
 		ids, err := encoded.get(tok, [2]inference.Message{
@@ -45,9 +46,11 @@ func buildPrompt(tok *inference.Tokenizer, p Persona, history []schema.Exchange,
 			break
 		}
 		budget -= len(ids)
+		size += len(ids)
 		parts = append(parts, ids)
 	}
-	prompt := slices.Clip(headIDs) // shared: appending must copy
+	// One allocation: headIDs and parts are the cache's, shared.
+	prompt := append(make([]int, 0, size), headIDs...)
 	for i := len(parts) - 1; i >= 0; i-- {
 		prompt = append(prompt, parts[i]...)
 	}
