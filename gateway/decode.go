@@ -48,9 +48,11 @@ func decodeJSON(body []byte, v any) error {
 
 // parseMessage decodes and checks the body of a player message.
 func parseMessage(body []byte, maxMessageBytes int) (schema.MessageRequest, error) {
-	var m schema.MessageRequest
-	if err := decodeJSON(body, &m); err != nil {
-		return m, err
+	m, ok := scanMessage(string(body))
+	if !ok {
+		if err := decodeJSON(body, &m); err != nil {
+			return m, err
+		}
 	}
 	if err := m.Validate(); err != nil {
 		return m, fmt.Errorf("%w: %w", ErrBadRequest, err)
@@ -64,6 +66,19 @@ func parseMessage(body []byte, maxMessageBytes int) (schema.MessageRequest, erro
 	return m, nil
 }
 
+// scanMessage reads body if it is exactly what json.Marshal writes for a
+// schema.MessageRequest whose text needs no escapes (what the gateway's
+// client sends), the same as json.Unmarshal reads it; ok is false
+// otherwise, and decodeJSON decodes it.
+func scanMessage(body string) (schema.MessageRequest, bool) {
+	var m schema.MessageRequest
+	s := jsonScanner{rest: body}
+	if !s.skip(`{"text":`) || !s.str(&m.Text) || !s.skip("}") || s.rest != "" {
+		return schema.MessageRequest{}, false
+	}
+	return m, true
+}
+
 // utf8Chunker turns token texts, which may split a UTF-8 sequence between
 // tokens, into valid UTF-8 pieces: it holds back an incomplete sequence at
 // the end and replaces invalid bytes with U+FFFD. A reply is the
@@ -71,6 +86,9 @@ func parseMessage(body []byte, maxMessageBytes int) (schema.MessageRequest, erro
 type utf8Chunker struct{ pending []byte }
 
 func (u *utf8Chunker) push(s string) string {
+	if len(u.pending) == 0 && utf8.ValidString(s) {
+		return s // what the general case returns for it, without copies
+	}
 	u.pending = append(u.pending, s...)
 	cut := len(u.pending)
 	for i := len(u.pending) - 1; i >= 0 && i >= len(u.pending)-utf8.UTFMax+1; i-- {

@@ -193,7 +193,7 @@ func (s *Server) messageHandler(c echo.Context) error {
 		}
 		return nil
 	}
-	return c.JSON(http.StatusOK, resp)
+	return respondMessage(c, resp)
 }
 
 // tokenEvent is the data of an SSE "token" event.

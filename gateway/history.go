@@ -28,7 +28,7 @@ func decodeHistory(data string) ([]schema.Exchange, error) {
 // scanHistory reads data if it is in exactly the form json.Marshal writes
 // for []schema.Exchange with no escaped characters; ok is false otherwise.
 func scanHistory(data string) (h []schema.Exchange, ok bool) {
-	s := historyScanner{rest: data}
+	s := jsonScanner{rest: data}
 	if !s.skip("[") {
 		return nil, false
 	}
@@ -59,11 +59,12 @@ func scanHistory(data string) (h []schema.Exchange, ok bool) {
 	}
 }
 
-// historyScanner consumes the front of rest.
-type historyScanner struct{ rest string }
+// jsonScanner consumes the front of rest: JSON in the form json.Marshal
+// writes it, with strings that hold no escapes.
+type jsonScanner struct{ rest string }
 
 // skip consumes lit if rest starts with it.
-func (s *historyScanner) skip(lit string) bool {
+func (s *jsonScanner) skip(lit string) bool {
 	if !strings.HasPrefix(s.rest, lit) {
 		return false
 	}
@@ -72,7 +73,7 @@ func (s *historyScanner) skip(lit string) bool {
 }
 
 // int consumes a JSON integer (no leading zeros) that fits an int.
-func (s *historyScanner) int(v *int) bool {
+func (s *jsonScanner) int(v *int) bool {
 	n := 0
 	if strings.HasPrefix(s.rest, "-") {
 		n = 1
@@ -94,7 +95,7 @@ func (s *historyScanner) int(v *int) bool {
 
 // str consumes a JSON string without escapes or control characters whose
 // contents are valid UTF-8, which is then the string itself.
-func (s *historyScanner) str(v *string) bool {
+func (s *jsonScanner) str(v *string) bool {
 	if !strings.HasPrefix(s.rest, `"`) {
 		return false
 	}
