@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -22,6 +23,49 @@ type metrics struct {
 	started       metric.Int64Counter
 	ended         metric.Int64Counter
 	publishErrors metric.Int64Counter
+
+	// The attribute sets of the measurements, built once each.
+	requestAttrs attrCache[requestKey]
+	safetyAttrs  attrCache[schema.Safety]
+	reasonAttrs  attrCache[schema.EndReason]
+}
+
+// requestKey is what a request's measurements are attributed to.
+type requestKey struct {
+	route, method string
+	status        int
+}
+
+// maxCachedAttrs bounds an attrCache: a method is the client's to choose,
+// so unmatched requests can make any number of combinations.
+const maxCachedAttrs = 1024
+
+// attrCache keeps the measurement option of each attribute combination
+// seen (up to maxCachedAttrs), so that a measurement does not build and
+// hash its attribute set again.
+type attrCache[K comparable] struct {
+	mu   sync.RWMutex
+	opts map[K]metric.MeasurementOption
+}
+
+// option returns the cached option of k, or metric.WithAttributes(attrs()...).
+func (c *attrCache[K]) option(k K, attrs func() []attribute.KeyValue) metric.MeasurementOption {
+	c.mu.RLock()
+	o, ok := c.opts[k]
+	c.mu.RUnlock()
+	if ok {
+		return o
+	}
+	o = metric.WithAttributes(attrs()...)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.opts == nil {
+		c.opts = make(map[K]metric.MeasurementOption)
+	}
+	if len(c.opts) < maxCachedAttrs {
+		c.opts[k] = o
+	}
+	return o
 }
 
 func newMetrics(m metric.Meter) (*metrics, error) {
@@ -70,18 +114,24 @@ func newMetrics(m metric.Meter) (*metrics, error) {
 }
 
 func (m *metrics) request(ctx context.Context, route, method string, status int, d time.Duration) {
-	attrs := metric.WithAttributes(attribute.String("route", route), attribute.String("method", method),
-		attribute.String("status", strconv.Itoa(status)))
+	attrs := m.requestAttrs.option(requestKey{route, method, status}, func() []attribute.KeyValue {
+		return []attribute.KeyValue{attribute.String("route", route), attribute.String("method", method),
+			attribute.String("status", strconv.Itoa(status))}
+	})
 	m.requests.Add(ctx, 1, attrs)
 	m.duration.Record(ctx, d.Seconds(), attrs)
 }
 
 func (m *metrics) turn(ctx context.Context, safety schema.Safety) {
-	m.turns.Add(ctx, 1, metric.WithAttributes(attribute.String("safety", string(safety))))
+	m.turns.Add(ctx, 1, m.safetyAttrs.option(safety, func() []attribute.KeyValue {
+		return []attribute.KeyValue{attribute.String("safety", string(safety))}
+	}))
 }
 
 func (m *metrics) sessionsEnded(ctx context.Context, reason schema.EndReason) {
-	m.ended.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", string(reason))))
+	m.ended.Add(ctx, 1, m.reasonAttrs.option(reason, func() []attribute.KeyValue {
+		return []attribute.KeyValue{attribute.String("reason", string(reason))}
+	}))
 }
 
 // observeActive reports the sessions not yet ended (all gateways together)
