@@ -37,7 +37,8 @@ type session struct {
 //
 //	{prefix}session:{{id}}        hash: client, player, npc, policy_version, arm,
 //	                              experiment_id, salt, generation, turns, ended,
-//	                              history (JSON), client_meta, last_activity
+//	                              history (JSON), client_meta, last_activity,
+//	                              turn_token (of the turn saved last)
 //	{prefix}session:{{id}}:lock   a turn in progress (SET NX with a token)
 //	{prefix}sessions:active       sorted set: session id scored by last activity (unix ms)
 //
@@ -145,7 +146,8 @@ type turnLock struct {
 // lockScript loads a session and takes its turn lock, so that one message at
 // a time is answered, in one round trip. KEYS: session, lock. ARGV: client
 // id, lock token, lock TTL ms, now ms, session TTL ms, and the token of a
-// lock this gateway stranded on the session (or ""), which counts as free.
+// lock this gateway stranded on the session (or ""), which counts as free,
+// as does the caller's own token (the script run again after a lost reply).
 // It returns {status} or {status, session hash}: "missing", "forbidden"
 // (another client's), "ended", "busy" (another turn holds the lock) or
 // "locked", in which case the session's last activity and TTL are renewed.
@@ -157,7 +159,7 @@ for i = 1, #h, 2 do f[h[i]] = h[i + 1] end
 if f['client'] ~= ARGV[1] then return {'forbidden'} end
 if f['ended'] ~= '' then return {'ended', h} end
 local held = redis.call('GET', KEYS[2])
-if held and held ~= ARGV[6] then return {'busy', h} end
+if held and held ~= ARGV[2] and held ~= ARGV[6] then return {'busy', h} end
 redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
 redis.call('HSET', KEYS[1], 'last_activity', ARGV[4])
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
@@ -240,14 +242,19 @@ func flatHash(flat []any) map[string]string {
 // now ms, ttl ms, max turns, ended retention ms. Returns -1 if the session
 // ended meanwhile, -2 if another turn got in first, 1 if this turn ended it
 // at max turns, else 0. Ending here claims the end as endScript does, in
-// the session hash: each refuses a session whose hash says it ended.
+// the session hash: each refuses a session whose hash says it ended. The
+// hash keeps the token of the turn saved last, so that the same script run
+// again (go-redis retries a command whose reply was lost) answers as the
+// first run did rather than -2.
 var appendScript = redis.NewScript(`
 if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
-if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HGET', KEYS[1], 'ended') ~= '' then return -1 end
+local f = redis.call('HMGET', KEYS[1], 'turn_token', 'ended')
+if f[1] == ARGV[1] then return f[2] == 'max_turns' and 1 or 0 end
+if f[2] ~= '' then return -1 end -- ended, or gone (false)
 local turns = tonumber(redis.call('HGET', KEYS[1], 'turns'))
 if turns ~= tonumber(ARGV[2]) then return -2 end
 turns = turns + 1
-redis.call('HSET', KEYS[1], 'turns', turns, 'history', ARGV[3], 'last_activity', ARGV[4])
+redis.call('HSET', KEYS[1], 'turns', turns, 'history', ARGV[3], 'last_activity', ARGV[4], 'turn_token', ARGV[1])
 if turns >= tonumber(ARGV[6]) then
   redis.call('HSET', KEYS[1], 'ended', 'max_turns')
   redis.call('PEXPIRE', KEYS[1], ARGV[7])

@@ -232,3 +232,34 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// TestSessionScriptsAreRetrySafe: go-redis sends a command again when its
+// reply was lost, so the lock and append scripts run twice with the same
+// arguments must answer as the first run did: the lock is ours, the turn
+// saved once, not a 409.
+func TestSessionScriptsAreRetrySafe(t *testing.T) {
+	e := newEnv(t, FromEngine(startEngine(t, inference.DefaultEngineConfig())))
+	ctx := context.Background()
+	s := e.createSession(e.key, "player-1")
+	keys := []string{e.srv.sessionKey(s.SessionID), e.srv.lockKey(s.SessionID)}
+	for range 2 {
+		res, err := lockScript.Run(ctx, e.redis.Client, keys, "game-a", "tok-1", 60000, 0, 60000, "").Slice()
+		if err != nil || res[0] != "locked" {
+			t.Fatalf("lock script = %v, %v; want locked both times", res, err)
+		}
+	}
+	hist := `[{"turn":1,"user":"hi","npc":"hello"}]`
+	for range 2 {
+		r, err := appendScript.Run(ctx, e.redis.Client, keys, "tok-1", 0, hist, 0, 60000, 1, 60000).Int()
+		if err != nil || r != 1 {
+			t.Fatalf("append script = %d, %v; want 1 (this turn reached max turns) both times", r, err)
+		}
+	}
+	v, err := e.redis.Client.HMGet(ctx, keys[0], "turns", "ended").Result()
+	if err != nil || v[0] != "1" || v[1] != "max_turns" {
+		t.Errorf("session turns, ended = %v, %v; want 1, max_turns", v, err)
+	}
+	if r, err := appendScript.Run(ctx, e.redis.Client, keys, "tok-2", 1, hist, 0, 60000, 5, 60000).Int(); err != nil || r != -1 {
+		t.Errorf("another turn's append after the end = %d, %v; want -1", r, err)
+	}
+}
