@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -94,6 +95,22 @@ func TestMessageRedisRoundTrips(t *testing.T) {
 		} else {
 			t.Logf("message (sse %v): %d round trips %v", sse, n, cmds)
 		}
+	}
+}
+
+// TestMessageRedisRoundTripsWithoutLimits checks that with the rate limits
+// off a message still marks its session active, with the ZADD alone
+// between the lock and the append.
+func TestMessageRedisRoundTripsWithoutLimits(t *testing.T) {
+	rt := &roundTrips{}
+	noLimits := func(c *Config, _ *Deps) { c.ClientRate, c.PlayerRate = 0, 0 }
+	e := newEnv(t, FromEngine(startEngine(t, inference.DefaultEngineConfig())), withCountedRedis(t, rt), noLimits)
+	s := e.createSession(e.key, "player-1")
+	e.say(e.key, s.SessionID, "hello")
+	rt.reset()
+	e.say(e.key, s.SessionID, "how are you?")
+	if n, cmds := rt.reset(); n != 3 || fmt.Sprint(cmds) != "[evalsha zadd evalsha]" {
+		t.Errorf("message without limits took %d Redis round trips %v; want [evalsha zadd evalsha]", n, cmds)
 	}
 }
 

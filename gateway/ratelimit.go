@@ -105,19 +105,38 @@ func (s *Server) buckets(clientID, playerID string) []bucket {
 	return bs
 }
 
+// limited reports whether any rate limit is on: with none, a request
+// builds no bucket keys.
+func (s *Server) limited() bool { return s.cfg.ClientRate > 0 || s.cfg.PlayerRate > 0 }
+
 // limit takes a request's tokens from the client's bucket and, when
 // playerID is set, from that player's bucket.
 func (s *Server) limit(ctx context.Context, clientID, playerID string) error {
+	if !s.limited() {
+		return nil
+	}
 	return s.take(ctx, s.buckets(clientID, playerID)...)
 }
 
 // limitTurn takes a message's tokens and, when the message holds the turn
 // lock, marks the session active (so the sweeper leaves it alone while its
-// reply is generated), in one pipelined round trip. ZADD XX leaves a session
+// reply is generated), in one round trip (a pipeline when it holds both).
+// ZADD XX leaves a session
 // the sweeper has just ended out of the set; appendTurn then finds it ended.
 func (s *Server) limitTurn(ctx context.Context, sess *session, locked bool) error {
-	keys, args := s.takeArgs(s.buckets(sess.ClientID, sess.PlayerID))
-	if len(keys) == 0 && !locked {
+	var keys []string
+	var args []any
+	if s.limited() {
+		keys, args = s.takeArgs(s.buckets(sess.ClientID, sess.PlayerID))
+	}
+	switch {
+	case len(keys) == 0 && !locked:
+		return nil
+	case len(keys) == 0:
+		// The ZADD alone: the round trip a pipeline of it would take, without the pipeline.
+		if err := s.rdb.ZAddXX(ctx, s.activeKey(), redis.Z{Score: float64(s.now().UnixMilli()), Member: sess.ID}).Err(); err != nil {
+			return fmt.Errorf("mark session %s active: %w", sess.ID, err)
+		}
 		return nil
 	}
 	var take *redis.Cmd
