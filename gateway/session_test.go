@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net"
@@ -10,7 +9,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -124,7 +122,7 @@ func TestReplicaAcksWaitForTheReplica(t *testing.T) {
 	clk := &clock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
 	gen := FromEngine(startEngine(t, inference.DefaultEngineConfig()))
 	e := newEnvOn(t, r, &recorder{}, clk, gen, func(c *Config, _ *Deps) { c.ReplicaAcks, c.ReplicaAckTimeout = 1, time.Minute })
-	var logs lockedBuffer
+	var logs testenv.LogBuffer
 	short := newEnvOn(t, r, &recorder{}, clk, gen, func(c *Config, d *Deps) {
 		c.ReplicaAcks, c.ReplicaAckTimeout = 1, 100*time.Millisecond
 		d.Logger = slog.New(slog.NewTextHandler(&logs, nil))
@@ -163,7 +161,7 @@ func TestReplicaAcksWaitForTheReplica(t *testing.T) {
 // one a failover just promoted) is not waited on, so answers are not slowed
 // and no write is reported unconfirmed.
 func TestReplicaAcksWithoutReplicas(t *testing.T) {
-	var logs lockedBuffer
+	var logs testenv.LogBuffer
 	e := newEnv(t, FromEngine(startEngine(t, inference.DefaultEngineConfig())), func(c *Config, d *Deps) {
 		c.ReplicaAcks, c.ReplicaAckTimeout = 1, 5*time.Second
 		d.Logger = slog.New(slog.NewTextHandler(&logs, nil))
@@ -213,24 +211,6 @@ func startReplica(t *testing.T, primary *testenv.Redis) *replicaProc {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// lockedBuffer is a bytes.Buffer that goroutines may write while a test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // TestSessionScriptsAreRetrySafe: go-redis sends a command again when its
