@@ -121,8 +121,8 @@ func (s *Server) limit(ctx context.Context, clientID, playerID string) error {
 // limitTurn takes a message's tokens and, when the message holds the turn
 // lock, marks the session active (so the sweeper leaves it alone while its
 // reply is generated), in one round trip (a pipeline when it holds both).
-// ZADD XX leaves a session
-// the sweeper has just ended out of the set; appendTurn then finds it ended.
+// ZADD XX leaves a session the sweeper has just ended out of the set;
+// appendTurn then finds it ended.
 func (s *Server) limitTurn(ctx context.Context, sess *session, locked bool) error {
 	var keys []string
 	var args []any

@@ -134,14 +134,25 @@ var chatSpeak = map[string]string{
 // normalize lowers s, undoes digit-for-letter substitutions, expands chat
 // abbreviations and returns its words (runs of letters and apostrophes)
 // joined and surrounded by single spaces. It runs on every message and
-// reply, and on the persona card, so it scans once without regexps.
+// reply, and on the persona card, so it scans without regexps.
 func normalize(s string) string {
 	for i := 0; i < len(s); i++ {
 		if s[i] >= utf8.RuneSelf {
-			return normalizeText(s)
+			return joinWords(leetReplacer.Replace(strings.ToLower(s)), func(r rune) bool { return unicode.IsLetter(r) || r == '\'' })
 		}
 	}
-	return normalizeASCII(s)
+	// ASCII, nearly every text: asciiFold does in one pass what ToLower and
+	// leetReplacer do, and a byte that is no word's becomes a space.
+	var folded strings.Builder
+	folded.Grow(len(s))
+	for i := range len(s) {
+		c := asciiFold[s[i]]
+		if c == 0 {
+			c = ' '
+		}
+		folded.WriteByte(c)
+	}
+	return joinWords(folded.String(), func(r rune) bool { return r != ' ' })
 }
 
 // asciiFold maps an ASCII byte to what it is in a word after lowering and
@@ -157,54 +168,9 @@ var asciiFold = func() (t [utf8.RuneSelf]byte) {
 	return t
 }()
 
-// normalizeASCII is normalizeText for an ASCII s, in one pass and one
-// allocation: asciiFold does what ToLower and leetReplacer do to ASCII.
-func normalizeASCII(s string) string {
-	var b strings.Builder
-	b.Grow(len(s) + 2)
-	b.WriteByte(' ')
-	word := -1 // start of the current word in s; -1 between words
-	flush := func(end int) {
-		if word < 0 {
-			return
-		}
-		w := s[word:end]
-		word = -1
-		var short [8]byte // longer than every chatSpeak key
-		if len(w) <= len(short) {
-			for i := range len(w) {
-				short[i] = asciiFold[w[i]]
-			}
-			if x, ok := chatSpeak[string(short[:len(w)])]; ok {
-				b.WriteString(x)
-				b.WriteByte(' ')
-				return
-			}
-		}
-		for i := range len(w) {
-			b.WriteByte(asciiFold[w[i]])
-		}
-		b.WriteByte(' ')
-	}
-	for i := 0; i < len(s); i++ {
-		if asciiFold[s[i]] != 0 {
-			if word < 0 {
-				word = i
-			}
-			continue
-		}
-		flush(i)
-	}
-	flush(len(s))
-	if b.Len() == 1 {
-		return "  "
-	}
-	return b.String()
-}
-
-// normalizeText is normalize for any text.
-func normalizeText(s string) string {
-	s = leetReplacer.Replace(strings.ToLower(s))
+// joinWords returns the words of s (the runs of runes inWord accepts), each
+// expanded by chatSpeak, joined and surrounded by single spaces.
+func joinWords(s string, inWord func(rune) bool) string {
 	var b strings.Builder
 	b.Grow(len(s) + 2)
 	b.WriteByte(' ')
@@ -222,7 +188,7 @@ func normalizeText(s string) string {
 		word = -1
 	}
 	for i, r := range s {
-		if unicode.IsLetter(r) || r == '\'' {
+		if inWord(r) {
 			if word < 0 {
 				word = i
 			}
