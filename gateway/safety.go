@@ -233,23 +233,18 @@ func (g Guard) CheckOutput(reply, card string) Verdict {
 }
 
 // leaks reports whether reply (normalised) holds eight consecutive words of
-// card: through the card's runs when NewGuard was given it.
+// card, through the card's runs that NewGuard cut (or cuts now, for a card
+// it was not given).
 func (g Guard) leaks(reply, card string) bool {
-	if runs, ok := g.cards[card]; ok {
-		return runs.leakedBy(reply)
+	runs, ok := g.cards[card]
+	if !ok {
+		runs = newCardRuns(normalize(card))
 	}
-	return leaksCard(reply, normalize(card))
-}
-
-// leaksCard reports whether reply (normalised) holds eight consecutive
-// words of card (normalised). It looks for each eight-word run of the reply,
-// the shorter text, in the card, slicing the runs out of reply.
-func leaksCard(reply, card string) bool {
-	return eachRun(reply, func(run string) bool { return strings.Contains(card, run) })
+	return runs.leakedBy(reply)
 }
 
 // cardRuns holds every eight-word run of a normalised card, each with the
-// spaces around it (" w1 … w8 "), as leaksCard looks for them.
+// spaces around it (" w1 … w8 ").
 type cardRuns map[string]struct{}
 
 func newCardRuns(card string) cardRuns {
@@ -261,10 +256,10 @@ func newCardRuns(card string) cardRuns {
 	return runs
 }
 
-// leakedBy is leaksCard(reply, card) for the card the runs were cut from:
-// in a normalised text words are separated by single spaces, so an
-// eight-word run of the reply is in the card exactly when it is one of the
-// card's runs.
+// leakedBy reports whether reply (normalised) holds eight consecutive
+// words of the card the runs were cut from: in a normalised text words are
+// separated by single spaces, so an eight-word run of the reply is in the
+// card exactly when it is one of the card's runs.
 func (r cardRuns) leakedBy(reply string) bool {
 	return eachRun(reply, func(run string) bool {
 		_, ok := r[run]

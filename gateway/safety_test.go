@@ -99,7 +99,7 @@ func normalizeByRegexp(s string) string {
 	return " " + strings.Join(words, " ") + " "
 }
 
-// leaksCardByJoin is leaksCard as first written, joining each eight-word
+// leaksCardByJoin is the card-leak check as first written, joining each eight-word
 // run of the card: the reference of the one that slices the reply.
 func leaksCardByJoin(reply, card string) bool {
 	words := strings.Fields(card)
@@ -124,9 +124,6 @@ func TestNormalizeAndLeaksCardMatchTheirReferences(t *testing.T) {
 		}
 		for _, c := range []string{normalize(card), normalize("you are mira a warm companion"), "  "} {
 			want := leaksCardByJoin(normalize(x), c)
-			if got := leaksCard(normalize(x), c); got != want {
-				t.Errorf("leaksCard(%q, %q) = %v; want %v", normalize(x), c, got, want)
-			}
 			if got := newCardRuns(c).leakedBy(normalize(x)); got != want {
 				t.Errorf("newCardRuns(%q).leakedBy(%q) = %v; want %v", c, normalize(x), got, want)
 			}
