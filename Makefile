@@ -9,7 +9,7 @@ FUZZTIME ?= 10s
 FUZZMINTIME ?= 2s
 BENCH_DIR ?= bench/results
 
-.PHONY: all build run test test-short test-long test-security test-faults test-loop test-race experiment lint fuzz bench bench-reference soak schemas deploy-check clean
+.PHONY: all build run test test-short test-long test-security test-faults test-loop loop-promote test-race experiment lint fuzz bench bench-reference soak schemas deploy-check clean
 
 all: build
 
@@ -43,6 +43,15 @@ test-faults:
 # canary at 50 % → A/B report → promote or roll back (about 10 minutes).
 test-loop:
 	$(GO) test -tags loop -count=1 -timeout 30m -v ./internal/looptest/
+
+# The loop in earnest (issue 15): the first-start models, one window of bot
+# sessions, a refresh and a twenty-step AT-GRPO cycle, a 50 % canary and the
+# watchdog promoting on the player-level A/B (about half an hour on 2 cores;
+# LOOP_DIR keeps the bootstrap between runs).
+LOOP_DIR ?= $(DATA_DIR)/loop-promote
+loop-promote:
+	mkdir -p $(LOOP_DIR)
+	PARLEY_LOOP_DIR=$(abspath $(LOOP_DIR)) $(GO) test -tags loop,long -count=1 -timeout 90m -v -run TestLoopPromotes ./internal/looptest/
 
 # The race detector over every package, on the quick subset (-short).
 test-race:

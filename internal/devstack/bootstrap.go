@@ -125,9 +125,9 @@ func corpusFile(role learner.Role) string {
 	return "corpus.jsonl"
 }
 
-// bootstrap trains and publishes whichever of the two agents the registry
+// Bootstrap trains and publishes whichever of the two agents the registry
 // lacks. progress receives the training progress (see learner.SFTConfig.Progress).
-func bootstrap(ctx context.Context, cfg BootstrapConfig, dataDir, registryDir string, progress io.Writer, log *slog.Logger) error {
+func Bootstrap(ctx context.Context, cfg BootstrapConfig, dataDir, registryDir string, progress io.Writer, log *slog.Logger) error {
 	reg, err := registry.NewLocal(registryDir)
 	if err != nil {
 		return err

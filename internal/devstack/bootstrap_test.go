@@ -22,7 +22,7 @@ func TestBootstrapTrainsBothAgentsOnce(t *testing.T) {
 	cfg.Steps, cfg.BatchSize, cfg.Arch = 3, 2, testenv.TinyModelConfig(512)
 	log := slog.New(slog.DiscardHandler)
 	ctx := context.Background()
-	if err := bootstrap(ctx, cfg, dataDir, regDir, io.Discard, log); err != nil {
+	if err := Bootstrap(ctx, cfg, dataDir, regDir, io.Discard, log); err != nil {
 		t.Fatal(err)
 	}
 	reg, err := registry.NewLocal(regDir)
@@ -49,7 +49,7 @@ func TestBootstrapTrainsBothAgentsOnce(t *testing.T) {
 		corpora, before = append(corpora, corpus), append(before, fi)
 	}
 
-	if err := bootstrap(ctx, cfg, dataDir, regDir, io.Discard, log); err != nil {
+	if err := Bootstrap(ctx, cfg, dataDir, regDir, io.Discard, log); err != nil {
 		t.Fatal(err)
 	}
 	for _, model := range []string{"npc", "user-agent"} {

@@ -154,7 +154,7 @@ func (s *Stack) Run(ctx context.Context) error {
 	}
 
 	registryDir := filepath.Join(s.cfg.DataDir, "registry")
-	if err := bootstrap(ctx, s.cfg.Bootstrap, s.cfg.DataDir, registryDir, os.Stderr, s.log); err != nil {
+	if err := Bootstrap(ctx, s.cfg.Bootstrap, s.cfg.DataDir, registryDir, os.Stderr, s.log); err != nil {
 		if ctx.Err() != nil {
 			return nil // interrupted: the next start resumes from the checkpoints
 		}

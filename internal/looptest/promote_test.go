@@ -1,0 +1,219 @@
+//go:build loop && long
+
+package looptest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/parleyhq/parley/gateway"
+	"github.com/parleyhq/parley/inference/registry"
+	"github.com/parleyhq/parley/internal/devstack"
+	"github.com/parleyhq/parley/internal/gatewayd"
+	"github.com/parleyhq/parley/internal/learnerd"
+	"github.com/parleyhq/parley/internal/telemetry"
+	"github.com/parleyhq/parley/internal/testenv"
+	"github.com/parleyhq/parley/rollout"
+	"github.com/parleyhq/parley/rollout/abtest"
+	"github.com/parleyhq/parley/schema"
+	"github.com/parleyhq/parley/simulator/bots"
+)
+
+// Sizes of the promotion run: the first window of sessions makes one
+// refresh and one cycle due; the A/B rounds bring new players, one session
+// each, fewer in all than a window, so neither is due again.
+const (
+	windowSessions = 1000
+	windowPlayers  = 500
+	abRoundPlayers = 300
+	abRoundMax     = 3
+	promoteTurns   = 8
+)
+
+// TestLoopPromotes is issue 15's loop run in the product: the first-start
+// models of `parley dev`, ground-truth bots through the real gateway, the
+// learner's refresh (with its referee gate on the bots' population) and
+// one AT-GRPO cycle with the product's defaults but twenty steps, a 50 %
+// canary started as live-ops would, and the learner's watchdog with
+// automatic promotion at its production thresholds (100 players per arm
+// for the guardrails, 200 to promote, the always-valid test on Avg.L).
+// It passes when the watchdog promotes the candidate and the player-level
+// CI of Avg.L, canary − stable, is above zero. About half an hour on 2
+// cores; PARLEY_LOOP_DIR keeps the bootstrap between runs.
+func TestLoopPromotes(t *testing.T) {
+	began := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 80*time.Minute)
+	defer cancel()
+	rds := testenv.StartRedis(t)
+	kfk := testenv.StartKafka(t)
+	topic := kfk.Topic("sessions")
+	dir := os.Getenv("PARLEY_LOOP_DIR")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	run := filepath.Join(dir, fmt.Sprintf("run-%d", began.Unix()))
+	logs := &testenv.LogBuffer{}
+	tel, err := telemetry.New(ctx, telemetry.DefaultConfig(), logs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The bootstrap's registry is kept; each run starts from a copy of it.
+	bootRegistry := filepath.Join(dir, "registry")
+	if err := devstack.Bootstrap(ctx, devstack.DefaultBootstrapConfig(), dir, bootRegistry, os.Stderr, tel.Logger); err != nil {
+		t.Fatal(err)
+	}
+	registryRoot := filepath.Join(run, "registry")
+	if err := os.CopyFS(registryRoot, os.DirFS(bootRegistry)); err != nil {
+		t.Fatal(err)
+	}
+	reg, err := registry.NewLocal(registryRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("bootstrap ready after %.0fs", time.Since(began).Seconds())
+
+	gw := gatewayd.DefaultConfig()
+	gw.RedisAddr, gw.Registry, gw.DataDir, gw.Instance = rds.Addr, registryRoot, filepath.Join(run, "gateway"), "promote-gw"
+	gw.SessionLog.Brokers, gw.SessionLog.Topic, gw.SessionLog.AllowAutoTopicCreation = kfk.Addrs, topic, true
+	gw.Gateway.Addr = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	gw.Gateway.KeyPrefix, gw.Gateway.Deployment = rds.Prefix, deployment
+	gw.Gateway.PlayerRate, gw.Gateway.ClientRate = 0, 0
+	gw.Rollout.PollInterval = 200 * time.Millisecond
+
+	players := bots.DefaultConfig()
+	players.Players, players.Seed, players.MaxTurns, players.Concurrency = windowPlayers, botSeed, promoteTurns, 8
+
+	lc := learnerd.DefaultConfig()
+	lc.Learner.DataDir, lc.Learner.Registry = filepath.Join(run, "learner"), registryRoot
+	lc.Learner.Consumer.Brokers, lc.Learner.Consumer.Topic = kfk.Addrs, topic
+	lc.Learner.Refresh.EverySessions, lc.Learner.Refresh.Every = windowSessions, 0
+	lc.RedisAddr, lc.KeyPrefix, lc.Watchdog.Deployment = rds.Addr, rds.Prefix, deployment
+	lc.Watchdog.Interval = 5 * time.Second
+	lc.Watchdog.Guardrails.AutoPromote = true
+	cy := &lc.Cycle
+	cy.EverySessions, cy.Every = windowSessions, 0
+	cy.RL.Steps = 20
+	cy.Players, cy.PlayersSeed = players.Population, botSeed
+	cy.Players.Size = windowPlayers
+	ref := &lc.Learner.Refresh.Referee
+	ref.Players, ref.PlayersSeed, ref.Policy, ref.UserAgent = cy.Players, botSeed, cy.Policy, cy.UserAgent
+
+	procs, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	wg.Go(func() { errs[0] = gatewayd.Run(procs, gw, tel) })
+	wg.Go(func() { errs[1] = learnerd.Run(procs, lc, tel) })
+	defer func() {
+		stop()
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("process %d: %v", i, err)
+			}
+		}
+	}()
+	collector := abtest.NewCollector()
+	wg.Go(func() {
+		fc := abtest.FollowConfig{Brokers: kfk.Addrs, Topic: topic, GroupID: kfk.Prefix + "promote-abtest", CheckpointEvery: time.Second}
+		_ = abtest.Follow(procs, fc, collector, func() error { return nil }, slog.New(slog.DiscardHandler))
+	})
+
+	base := "http://" + gw.Gateway.Addr
+	waitFor(t, ctx, 2*time.Minute, "the gateway to be ready", func() bool {
+		resp, err := http.Get(base + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	key, err := gateway.CreateKey(ctx, rds.Client, rds.Prefix, "promote-game", gateway.RolePlayerClient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	players.GatewayURL, players.APIKey = base, key
+	play := func(phase string, b bots.Config) bots.Summary {
+		t.Helper()
+		sum, err := bots.Run(ctx, b, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatalf("bots %s: %v", phase, err)
+		}
+		t.Logf("bots %s: %d sessions, %d errors, Avg.L %.2f, per arm %v (at %.0fs)", phase, sum.Sessions, sum.Errors, sum.AvgL, sum.PerArm, time.Since(began).Seconds())
+		if sum.Errors > b.Sessions/10 {
+			t.Fatalf("bots %s: %d of %d sessions failed: %v", phase, sum.Errors, b.Sessions, sum.ErrorCodes)
+		}
+		return sum
+	}
+
+	// 1. A window of sessions on v1 makes a refresh and a cycle due.
+	window := players
+	window.Sessions = windowSessions
+	play("window", window)
+	waitFor(t, ctx, 40*time.Minute, "an at-grpo candidate npc/v2", func() bool {
+		_, err := reg.Manifest(ctx, "npc", "v2")
+		return err == nil
+	})
+	man, err := reg.Verify(ctx, "npc", "v2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("candidate npc/v2 (user agent %v) metrics: %v (at %.0fs)", man.Hyperparameters["user_agent"], man.Metrics, time.Since(began).Seconds())
+
+	// 2. Live-ops canaries it at 50 %; new players come in rounds until
+	// the watchdog decides.
+	rc, err := rollout.New(rds.Client, func() rollout.Config { c := rollout.DefaultConfig(); c.Prefix = rds.Prefix; return c }(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rc.Canary(ctx, deployment, "v2", 50, "looptest"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := rc.Get(ctx, deployment)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp := st.ExperimentID
+	time.Sleep(2 * time.Second) // the gateway's rollout watch loads v2
+	for round := 1; round <= abRoundMax && st.State == schema.PhaseCanary; round++ {
+		ab := players
+		ab.Players, ab.Sessions, ab.Seed = abRoundPlayers, abRoundPlayers, botSeed+uint64(round)
+		ab.Population.IDPrefix = fmt.Sprintf("ab%d-", round)
+		play(fmt.Sprintf("a/b round %d", round), ab)
+		// The watchdog looks every 5 s once the sessions reached its follower.
+		deadline := time.Now().Add(30 * time.Second)
+		for st.State == schema.PhaseCanary && time.Now().Before(deadline) {
+			time.Sleep(time.Second)
+			if st, err = rc.Get(ctx, deployment); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	rep, err := abtest.Analyze(exp, collector.Sessions(exp), abtest.DefaultConfig(), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []abtest.ArmStats{rep.Stable, rep.Canary} {
+		t.Logf("A/B %-6s %v: %d players, %d sessions, Avg.L %.3f (95%% CI %.3f–%.3f)", a.Arm, a.Versions, a.AvgL.Players, a.AvgL.N, a.AvgL.Mean, a.AvgL.Lo, a.AvgL.Hi)
+	}
+	d := rep.AvgL
+	t.Logf("A/B Avg.L canary − stable = %+.3f (player-level 95%% CI %+.3f to %+.3f); always-valid CI %+.3f to %+.3f",
+		d.Diff, d.Lo, d.Hi, d.Seq.Lo, d.Seq.Hi)
+	t.Logf("rollout: state %s, stable %s, by %s; loop took %.0fs", st.State, st.Stable, st.UpdatedBy, time.Since(began).Seconds())
+	for _, l := range slices.Concat(logs.Lines("user-agent refresh done"), logs.Lines("at-grpo cycle"), logs.Lines("watchdog")) {
+		t.Log(l)
+	}
+	if st.State != schema.PhaseSteady || st.Stable != "v2" || st.UpdatedBy != lc.Watchdog.By {
+		t.Fatalf("the watchdog did not promote npc/v2: state %s, stable %s, by %s", st.State, st.Stable, st.UpdatedBy)
+	}
+	if d.Lo <= 0 {
+		t.Fatalf("promoted, but the player-level CI of Avg.L canary − stable reaches %+.3f", d.Lo)
+	}
+}
