@@ -101,6 +101,136 @@ func waitFor(t *testing.T, ctx context.Context, d time.Duration, what string, co
 	}
 }
 
+// gatewayConfig is a gateway on a free port of the test's Redis and
+// broker, serving from registryRoot and keeping its spool under dir,
+// without rate limits (the bots share one key).
+func gatewayConfig(t *testing.T, rds *testenv.Redis, kfk *testenv.Kafka, topic, registryRoot, dir string) gatewayd.Config {
+	gw := gatewayd.DefaultConfig()
+	gw.RedisAddr, gw.Registry, gw.DataDir, gw.Instance = rds.Addr, registryRoot, filepath.Join(dir, "gateway"), "loop-gw"
+	gw.SessionLog.Brokers, gw.SessionLog.Topic, gw.SessionLog.AllowAutoTopicCreation = kfk.Addrs, topic, true
+	gw.Gateway.Addr = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	gw.Gateway.KeyPrefix, gw.Gateway.Deployment = rds.Prefix, deployment
+	gw.Gateway.PlayerRate, gw.Gateway.ClientRate = 0, 0
+	gw.Rollout.PollInterval = 200 * time.Millisecond
+	return gw
+}
+
+// stack is a running gateway and learner of a loop run: the gateway's
+// URL, a player key, and an A/B collector of the test's own.
+type stack struct {
+	base, key string
+	collector *abtest.Collector
+}
+
+// startStack runs the gateway and the learner until the test ends, follows
+// topic with an in-memory A/B collector in a consumer group of its own,
+// waits for the gateway to be ready and creates a player key.
+func startStack(t *testing.T, ctx context.Context, rds *testenv.Redis, kfk *testenv.Kafka, topic string,
+	gw gatewayd.Config, lc learnerd.Config, tel *telemetry.Telemetry) stack {
+	t.Helper()
+	procs, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	wg.Go(func() { errs[0] = gatewayd.Run(procs, gw, tel) })
+	wg.Go(func() { errs[1] = learnerd.Run(procs, lc, tel) })
+	t.Cleanup(func() {
+		stop()
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("process %d: %v", i, err)
+			}
+		}
+	})
+	st := stack{base: "http://" + gw.Gateway.Addr, collector: abtest.NewCollector()}
+	wg.Go(func() {
+		fc := abtest.FollowConfig{Brokers: kfk.Addrs, Topic: topic, GroupID: kfk.Prefix + "looptest-abtest", CheckpointEvery: time.Second}
+		_ = abtest.Follow(procs, fc, st.collector, func() error { return nil }, slog.New(slog.DiscardHandler))
+	})
+	waitFor(t, ctx, 2*time.Minute, "the gateway to be ready", func() bool {
+		resp, err := http.Get(st.base + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	var err error
+	if st.key, err = gateway.CreateKey(ctx, rds.Client, rds.Prefix, "loop-game", gateway.RolePlayerClient); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// playBots plays b's sessions and fails the test when more than a tenth
+// of them fail.
+func playBots(t *testing.T, ctx context.Context, began time.Time, phase string, b bots.Config) bots.Summary {
+	t.Helper()
+	sum, err := bots.Run(ctx, b, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("bots %s: %v", phase, err)
+	}
+	t.Logf("bots %s: %d sessions, %d errors, Avg.L %.2f, per arm %v (at %.0fs)", phase, sum.Sessions, sum.Errors, sum.AvgL, sum.PerArm, time.Since(began).Seconds())
+	if sum.Errors > b.Sessions/10 {
+		t.Fatalf("bots %s: %d of %d sessions failed: %v", phase, sum.Errors, b.Sessions, sum.ErrorCodes)
+	}
+	return sum
+}
+
+// waitCandidate waits up to d for the cycle's candidate npc/v2 and
+// returns its verified manifest.
+func waitCandidate(t *testing.T, ctx context.Context, reg *registry.Local, d time.Duration) schema.Manifest {
+	t.Helper()
+	waitFor(t, ctx, d, "an at-grpo candidate npc/v2", func() bool {
+		_, err := reg.Manifest(ctx, "npc", "v2")
+		return err == nil
+	})
+	man, err := reg.Verify(ctx, "npc", "v2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("candidate npc/v2 (user agent %v) metrics: %v", man.Hyperparameters["user_agent"], man.Metrics)
+	return man
+}
+
+// canaryHalf starts npc/v2 as a 50 % canary, as live-ops would, and
+// gives the gateway's rollout watch time to load it.
+func canaryHalf(t *testing.T, ctx context.Context, rds *testenv.Redis) (*rollout.Client, schema.RolloutState) {
+	t.Helper()
+	cfg := rollout.DefaultConfig()
+	cfg.Prefix = rds.Prefix
+	rc, err := rollout.New(rds.Client, cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rc.Canary(ctx, deployment, "v2", 50, "looptest"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := rc.Get(ctx, deployment)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	return rc, st
+}
+
+// analyze reports experiment exp from the collector's sessions and logs
+// each arm and Avg.L's difference with its player-level CIs.
+func analyze(t *testing.T, exp string, c *abtest.Collector) abtest.Report {
+	t.Helper()
+	rep, err := abtest.Analyze(exp, c.Sessions(exp), abtest.DefaultConfig(), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []abtest.ArmStats{rep.Stable, rep.Canary} {
+		t.Logf("A/B %-6s %v: %d players, %d sessions, Avg.L %.3f (95%% CI %.3f–%.3f)", a.Arm, a.Versions, a.AvgL.Players, a.AvgL.N, a.AvgL.Mean, a.AvgL.Lo, a.AvgL.Hi)
+	}
+	d := rep.AvgL
+	t.Logf("A/B Avg.L canary − stable = %+.3f (player-level 95%% CI %+.3f to %+.3f, Welch p %.4f); always-valid CI %+.3f to %+.3f, p %.4f",
+		d.Diff, d.Lo, d.Hi, d.P, d.Seq.Lo, d.Seq.Hi, d.Seq.P)
+	return rep
+}
+
 func readJSON(path string, v any) bool {
 	raw, err := os.ReadFile(path)
 	return err == nil && json.Unmarshal(raw, v) == nil
@@ -132,14 +262,8 @@ func TestClosedLoop(t *testing.T) {
 		}
 	}()
 
-	gw := gatewayd.DefaultConfig()
-	gw.RedisAddr, gw.Registry, gw.DataDir, gw.Instance = rds.Addr, registryRoot, filepath.Join(dir, "gateway"), "loop-gw"
-	gw.SessionLog.Brokers, gw.SessionLog.Topic, gw.SessionLog.AllowAutoTopicCreation = kfk.Addrs, topic, true
-	gw.Gateway.Addr = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-	gw.Gateway.KeyPrefix, gw.Gateway.Deployment = rds.Prefix, deployment
+	gw := gatewayConfig(t, rds, kfk, topic, registryRoot, dir)
 	gw.Gateway.Sampling.MaxTokens = 16
-	gw.Gateway.PlayerRate, gw.Gateway.ClientRate = 0, 0
-	gw.Rollout.PollInterval = 200 * time.Millisecond
 
 	players := bots.DefaultConfig()
 	players.Players, players.Seed, players.MaxTurns, players.Concurrency = botPlayers, botSeed, botMaxTurns, 4
@@ -176,56 +300,14 @@ func TestClosedLoop(t *testing.T) {
 	ref.Thresholds = rl.RefereeThresholds{MinKendallTau: -1, MinKendallTauCILow: -2, MinPearson: -1, MinSimRealAvgL: 0, MaxSimRealAvgL: 100,
 		Tolerance: rl.DefaultRefereeThresholds().Tolerance}
 
-	procs, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	errs := make([]error, 2)
-	wg.Go(func() { errs[0] = gatewayd.Run(procs, gw, tel) })
-	wg.Go(func() { errs[1] = learnerd.Run(procs, lc, tel) })
-	defer func() {
-		stop()
-		wg.Wait()
-		for i, err := range errs {
-			if err != nil {
-				t.Errorf("process %d: %v", i, err)
-			}
-		}
-	}()
-
-	// The test's own A/B collector follows the topic from the start, in a
-	// consumer group of its own, keeping its state in memory only.
-	collector := abtest.NewCollector()
-	wg.Go(func() {
-		fc := abtest.FollowConfig{Brokers: kfk.Addrs, Topic: topic, GroupID: kfk.Prefix + "looptest-abtest", CheckpointEvery: time.Second}
-		_ = abtest.Follow(procs, fc, collector, func() error { return nil }, slog.New(slog.DiscardHandler))
-	})
-
-	base := "http://" + gw.Gateway.Addr
-	waitFor(t, ctx, 2*time.Minute, "the gateway to be ready", func() bool {
-		resp, err := http.Get(base + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
-	key, err := gateway.CreateKey(ctx, rds.Client, rds.Prefix, "loop-game", gateway.RolePlayerClient)
-	if err != nil {
-		t.Fatal(err)
-	}
-	players.GatewayURL, players.APIKey = base, key
+	sys := startStack(t, ctx, rds, kfk, topic, gw, lc, tel)
+	collector := sys.collector
+	players.GatewayURL, players.APIKey = sys.base, sys.key
 	play := func(phase string, n int) bots.Summary {
 		t.Helper()
 		b := players
 		b.Sessions = n
-		sum, err := bots.Run(ctx, b, slog.New(slog.DiscardHandler))
-		if err != nil {
-			t.Fatalf("bots %s: %v", phase, err)
-		}
-		t.Logf("bots %s: %d sessions, %d errors, Avg.L %.2f, per arm %v (at %.0fs)", phase, sum.Sessions, sum.Errors, sum.AvgL, sum.PerArm, time.Since(began).Seconds())
-		if sum.Errors > n/10 {
-			t.Fatalf("bots %s: %d of %d sessions failed: %v", phase, sum.Errors, n, sum.ErrorCodes)
-		}
-		return sum
+		return playBots(t, ctx, began, phase, b)
 	}
 
 	// 1. A refresh window of sessions: the user agent is refreshed.
@@ -251,18 +333,11 @@ func TestClosedLoop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, 8*time.Minute, "an at-grpo candidate npc/v2", func() bool {
-		_, err := reg.Manifest(ctx, "npc", "v2")
-		return err == nil
-	})
-	man, err := reg.Verify(ctx, "npc", "v2")
-	if err != nil {
-		t.Fatal(err)
-	}
+	man := waitCandidate(t, ctx, reg, 8*time.Minute)
 	if man.Algorithm != "at-grpo" || man.Parent != "v1" {
 		t.Fatalf("candidate npc/v2: algorithm %q parent %q; want at-grpo from v1", man.Algorithm, man.Parent)
 	}
-	t.Logf("candidate npc/v2 (user agent %v) metrics: %v (at %.0fs)", man.Hyperparameters["user_agent"], man.Metrics, time.Since(began).Seconds())
+	t.Logf("candidate npc/v2 at %.0fs", time.Since(began).Seconds())
 	// The dashboard reads the candidate's training curves.
 	cv, err := admin.LocalCurves{Registry: reg}.Curves(ctx, "npc", "v2")
 	if err != nil {
@@ -273,22 +348,9 @@ func TestClosedLoop(t *testing.T) {
 	}
 
 	// 3. Canary at 50 %, more bots, A/B report.
-	rcfg := rollout.DefaultConfig()
-	rcfg.Prefix = rds.Prefix
-	rc, err := rollout.New(rds.Client, rcfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := rc.Canary(ctx, deployment, "v2", 50, "looptest"); err != nil {
-		t.Fatal(err)
-	}
-	st, err := rc.Get(ctx, deployment)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rc, st := canaryHalf(t, ctx, rds)
 	exp := st.ExperimentID
 	t.Logf("canary v2 at 50%% over stable %s, experiment %s", st.Stable, exp)
-	time.Sleep(2 * time.Second) // the gateway's rollout watch loads v2
 	sum := play("a/b", abSessions)
 	if len(sum.PerArm) < 2 {
 		t.Errorf("a/b sessions went to arms %v; want both stable and canary", sum.PerArm)
@@ -302,16 +364,7 @@ func TestClosedLoop(t *testing.T) {
 		}
 		return n >= abSessions-sum.Errors
 	})
-	rep, err := abtest.Analyze(exp, collector.Sessions(exp), abtest.DefaultConfig(), time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range []abtest.ArmStats{rep.Stable, rep.Canary} {
-		t.Logf("A/B %-6s %v: n=%d Avg.L %.3f (95%% CI %.3f–%.3f), Avg.r n=%d", a.Arm, a.Versions, a.AvgL.N, a.AvgL.Mean, a.AvgL.Lo, a.AvgL.Hi, a.AvgR.N)
-	}
-	d := rep.AvgL
-	t.Logf("A/B Avg.L canary − stable = %.3f (95%% CI %.3f–%.3f), Welch t=%.2f df=%.1f p=%.4f; sequential p=%.4f",
-		d.Diff, d.Lo, d.Hi, d.T, d.DF, d.P, d.Seq.P)
+	rep := analyze(t, exp, collector)
 	if rep.Stable.AvgL.N < 2 || rep.Canary.AvgL.N < 2 {
 		t.Fatalf("a/b arms have %d and %d ended sessions; want both ≥ 2", rep.Stable.AvgL.N, rep.Canary.AvgL.N)
 	}

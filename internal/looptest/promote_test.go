@@ -5,24 +5,17 @@ package looptest
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/parleyhq/parley/gateway"
 	"github.com/parleyhq/parley/inference/registry"
 	"github.com/parleyhq/parley/internal/devstack"
-	"github.com/parleyhq/parley/internal/gatewayd"
 	"github.com/parleyhq/parley/internal/learnerd"
 	"github.com/parleyhq/parley/internal/telemetry"
 	"github.com/parleyhq/parley/internal/testenv"
-	"github.com/parleyhq/parley/rollout"
-	"github.com/parleyhq/parley/rollout/abtest"
 	"github.com/parleyhq/parley/schema"
 	"github.com/parleyhq/parley/simulator/bots"
 )
@@ -80,13 +73,7 @@ func TestLoopPromotes(t *testing.T) {
 	}
 	t.Logf("bootstrap ready after %.0fs", time.Since(began).Seconds())
 
-	gw := gatewayd.DefaultConfig()
-	gw.RedisAddr, gw.Registry, gw.DataDir, gw.Instance = rds.Addr, registryRoot, filepath.Join(run, "gateway"), "promote-gw"
-	gw.SessionLog.Brokers, gw.SessionLog.Topic, gw.SessionLog.AllowAutoTopicCreation = kfk.Addrs, topic, true
-	gw.Gateway.Addr = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-	gw.Gateway.KeyPrefix, gw.Gateway.Deployment = rds.Prefix, deployment
-	gw.Gateway.PlayerRate, gw.Gateway.ClientRate = 0, 0
-	gw.Rollout.PollInterval = 200 * time.Millisecond
+	gw := gatewayConfig(t, rds, kfk, topic, registryRoot, run)
 
 	players := bots.DefaultConfig()
 	players.Players, players.Seed, players.MaxTurns, players.Concurrency = windowPlayers, botSeed, promoteTurns, 8
@@ -106,87 +93,24 @@ func TestLoopPromotes(t *testing.T) {
 	ref := &lc.Learner.Refresh.Referee
 	ref.Players, ref.PlayersSeed, ref.Policy, ref.UserAgent = cy.Players, botSeed, cy.Policy, cy.UserAgent
 
-	procs, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	errs := make([]error, 2)
-	wg.Go(func() { errs[0] = gatewayd.Run(procs, gw, tel) })
-	wg.Go(func() { errs[1] = learnerd.Run(procs, lc, tel) })
-	defer func() {
-		stop()
-		wg.Wait()
-		for i, err := range errs {
-			if err != nil {
-				t.Errorf("process %d: %v", i, err)
-			}
-		}
-	}()
-	collector := abtest.NewCollector()
-	wg.Go(func() {
-		fc := abtest.FollowConfig{Brokers: kfk.Addrs, Topic: topic, GroupID: kfk.Prefix + "promote-abtest", CheckpointEvery: time.Second}
-		_ = abtest.Follow(procs, fc, collector, func() error { return nil }, slog.New(slog.DiscardHandler))
-	})
-
-	base := "http://" + gw.Gateway.Addr
-	waitFor(t, ctx, 2*time.Minute, "the gateway to be ready", func() bool {
-		resp, err := http.Get(base + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
-	key, err := gateway.CreateKey(ctx, rds.Client, rds.Prefix, "promote-game", gateway.RolePlayerClient)
-	if err != nil {
-		t.Fatal(err)
-	}
-	players.GatewayURL, players.APIKey = base, key
-	play := func(phase string, b bots.Config) bots.Summary {
-		t.Helper()
-		sum, err := bots.Run(ctx, b, slog.New(slog.DiscardHandler))
-		if err != nil {
-			t.Fatalf("bots %s: %v", phase, err)
-		}
-		t.Logf("bots %s: %d sessions, %d errors, Avg.L %.2f, per arm %v (at %.0fs)", phase, sum.Sessions, sum.Errors, sum.AvgL, sum.PerArm, time.Since(began).Seconds())
-		if sum.Errors > b.Sessions/10 {
-			t.Fatalf("bots %s: %d of %d sessions failed: %v", phase, sum.Errors, b.Sessions, sum.ErrorCodes)
-		}
-		return sum
-	}
+	sys := startStack(t, ctx, rds, kfk, topic, gw, lc, tel)
+	players.GatewayURL, players.APIKey = sys.base, sys.key
 
 	// 1. A window of sessions on v1 makes a refresh and a cycle due.
 	window := players
 	window.Sessions = windowSessions
-	play("window", window)
-	waitFor(t, ctx, 40*time.Minute, "an at-grpo candidate npc/v2", func() bool {
-		_, err := reg.Manifest(ctx, "npc", "v2")
-		return err == nil
-	})
-	man, err := reg.Verify(ctx, "npc", "v2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("candidate npc/v2 (user agent %v) metrics: %v (at %.0fs)", man.Hyperparameters["user_agent"], man.Metrics, time.Since(began).Seconds())
+	playBots(t, ctx, began, "window", window)
+	waitCandidate(t, ctx, reg, 40*time.Minute)
 
 	// 2. Live-ops canaries it at 50 %; new players come in rounds until
 	// the watchdog decides.
-	rc, err := rollout.New(rds.Client, func() rollout.Config { c := rollout.DefaultConfig(); c.Prefix = rds.Prefix; return c }(), slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := rc.Canary(ctx, deployment, "v2", 50, "looptest"); err != nil {
-		t.Fatal(err)
-	}
-	st, err := rc.Get(ctx, deployment)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rc, st := canaryHalf(t, ctx, rds)
 	exp := st.ExperimentID
-	time.Sleep(2 * time.Second) // the gateway's rollout watch loads v2
 	for round := 1; round <= abRoundMax && st.State == schema.PhaseCanary; round++ {
 		ab := players
 		ab.Players, ab.Sessions, ab.Seed = abRoundPlayers, abRoundPlayers, botSeed+uint64(round)
 		ab.Population.IDPrefix = fmt.Sprintf("ab%d-", round)
-		play(fmt.Sprintf("a/b round %d", round), ab)
+		playBots(t, ctx, began, fmt.Sprintf("a/b round %d", round), ab)
 		// The watchdog looks every 5 s once the sessions reached its follower.
 		deadline := time.Now().Add(30 * time.Second)
 		for st.State == schema.PhaseCanary && time.Now().Before(deadline) {
@@ -196,16 +120,7 @@ func TestLoopPromotes(t *testing.T) {
 			}
 		}
 	}
-	rep, err := abtest.Analyze(exp, collector.Sessions(exp), abtest.DefaultConfig(), time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range []abtest.ArmStats{rep.Stable, rep.Canary} {
-		t.Logf("A/B %-6s %v: %d players, %d sessions, Avg.L %.3f (95%% CI %.3f–%.3f)", a.Arm, a.Versions, a.AvgL.Players, a.AvgL.N, a.AvgL.Mean, a.AvgL.Lo, a.AvgL.Hi)
-	}
-	d := rep.AvgL
-	t.Logf("A/B Avg.L canary − stable = %+.3f (player-level 95%% CI %+.3f to %+.3f); always-valid CI %+.3f to %+.3f",
-		d.Diff, d.Lo, d.Hi, d.Seq.Lo, d.Seq.Hi)
+	d := analyze(t, exp, sys.collector).AvgL
 	t.Logf("rollout: state %s, stable %s, by %s; loop took %.0fs", st.State, st.Stable, st.UpdatedBy, time.Since(began).Seconds())
 	for _, l := range slices.Concat(logs.Lines("user-agent refresh done"), logs.Lines("at-grpo cycle"), logs.Lines("watchdog")) {
 		t.Log(l)
