@@ -11,7 +11,7 @@ import (
 func newExperimentCmd(g *globalFlags) *cobra.Command {
 	cfg := experiment.DefaultConfig()
 	cmd := &cobra.Command{
-		Use:   "experiment --profile small|tiny --seeds N --out DIR",
+		Use:   "experiment --profile medium|small|tiny --seeds N --out DIR",
 		Short: "Reproduce the paper's tables: SFT, GRPO, GSPO, TreeRPO and AT-GRPO side by side",
 		Long: `Train SFT-only, GRPO, GSPO, TreeRPO (L=4) and AT-GRPO from the same SFT start against the
 same user agent, plus the ablations, and evaluate each on held-out ground-truth players and
