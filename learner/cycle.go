@@ -79,7 +79,8 @@ type CycleConfig struct {
 // DefaultCycleConfig runs a small AT-GRPO cycle (W=4, w=2, γ=2, L=6, four
 // trees per step, 10 steps, lr 2e-4, NPC turns of up to 48 tokens: the
 // experiment's small profile, trained and evaluated at the same L) every
-// 200 new sessions or 6 hours, fitting 2 CPU cores.
+// 200 new sessions or 6 hours, fitting 2 CPU cores. Candidate and parent
+// are compared on 400 held-out openings, paired, as in the experiment.
 func DefaultCycleConfig() CycleConfig {
 	c := rl.DefaultConfig()
 	c.Tree.W, c.Tree.Width, c.Tree.Depth = 4, 2, 6
@@ -96,7 +97,7 @@ func DefaultCycleConfig() CycleConfig {
 		EverySessions: 200, Every: 6 * time.Hour, MinSessions: 20, Poll: 10 * time.Second,
 		Model: "npc", UserAgentModel: "user-agent", RL: c, Policy: pc, UserAgent: ua, Players: pop, PlayersSeed: 1,
 		HeldOutShare: 0.2, Seed: 1, MaxDialogues: 2000, MaxTurns: 10,
-		EvalPrompts: 24, EvalDepth: 6, CurvePrompts: 8, CurveEvery: 2,
+		EvalPrompts: 400, EvalDepth: 6, CurvePrompts: 8, CurveEvery: 2,
 		DefaultCard: DefaultNPCCard, Backend: inference.DefaultBackendConfig(),
 	}
 }

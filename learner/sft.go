@@ -83,6 +83,9 @@ type SFTConfig struct {
 	// [Terminate] token against that of a text token (RoleUser). One
 	// decision competes with a dozen words of text per turn; a weight
 	// above 1 makes termination, the thing the agent is for, count more.
+	// The default is 20: with 1 the first-start user agent's end
+	// probability hardly moves with the NPC's turn, and RL against it
+	// drifts (docs/experiments/README.md, "The loop in the product").
 	DecisionWeight float64 `json:"decision_weight"`
 	// SoftLabelDiagnostic, when set (RoleUser), trains every decision on
 	// the players' hidden hazard as a soft label instead of the decision
@@ -129,7 +132,7 @@ func DefaultSFTConfig(role Role) SFTConfig {
 		Backend: inference.DefaultBackendConfig(), Train: tc, WarmupShare: 0.1,
 		Steps: 300, BatchSize: 16, CheckpointEvery: 50, KeepCheckpoints: 2,
 		HeldOutShare: 0.2, Seed: 1, MaxTurns: 10,
-		UserAgent: simulator.DefaultUserAgentConfig(), DecisionWeight: 1, DefaultCard: DefaultNPCCard,
+		UserAgent: simulator.DefaultUserAgentConfig(), DecisionWeight: 20, DefaultCard: DefaultNPCCard,
 		Eval: DefaultEvalConfig(),
 	}
 }
