@@ -24,10 +24,10 @@ import (
 // refresh and one cycle due; the A/B rounds bring new players, one session
 // each, fewer in all than a window, so neither is due again.
 const (
-	windowSessions = 1000
+	windowSessions = 2000
 	windowPlayers  = 500
 	abRoundPlayers = 300
-	abRoundMax     = 3
+	abRoundMax     = 6
 	promoteTurns   = 8
 )
 
