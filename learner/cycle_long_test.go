@@ -22,7 +22,7 @@ import (
 // the gateway and the A/B:
 //
 //	PARLEY_CYCLE_BOOT=var/loop-promote [PARLEY_CYCLE_STORE=DIR] [PARLEY_CYCLE_STEPS=20] \
-//	  [PARLEY_CYCLE_LR=6e-4] [PARLEY_CYCLE_BETA=0.01] [PARLEY_CYCLE_SEED=1] \
+//	  [PARLEY_CYCLE_LR=6e-4] [PARLEY_CYCLE_BETA=0.2] [PARLEY_CYCLE_SEED=1] \
 //	  go test -tags long -run TestLongCycleOnBootstrap -timeout 60m -v ./learner/
 func TestLongCycleOnBootstrap(t *testing.T) {
 	boot := os.Getenv("PARLEY_CYCLE_BOOT")
