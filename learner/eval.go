@@ -93,8 +93,11 @@ type Metrics struct {
 	Rho        float64 `json:"rho"`
 	RhoDefined bool    `json:"rho_defined"`
 	// TermLogLoss is the log-loss of P_T as the prediction of whether the
-	// player ended the dialogue after each NPC turn (user role only).
+	// player ended the dialogue after each NPC turn, and EndLogLoss that of
+	// the end probability p = min(2·P_T, 1) with which a simulated player
+	// quits there, the one a calibration fits (user role only).
 	TermLogLoss float64 `json:"term_log_loss"`
+	EndLogLoss  float64 `json:"end_log_loss"`
 	// AvgL is the mean simulated (expected) exchange length and RealAvgL
 	// the real one; AvgR the mean over dialogues of Σ r_k along the real
 	// NPC turns (user role only).
@@ -115,7 +118,7 @@ func (m Metrics) Map() map[string]float64 {
 		"real_avg_words": m.RealAvgWords, "dialogues": float64(m.Dialogues), "tokens": float64(m.Tokens),
 	}
 	if m.AvgL > 0 || m.RealAvgL > 0 {
-		out["term_log_loss"], out["avg_l"], out["real_avg_l"], out["avg_r"] = m.TermLogLoss, m.AvgL, m.RealAvgL, m.AvgR
+		out["term_log_loss"], out["end_log_loss"], out["avg_l"], out["real_avg_l"], out["avg_r"] = m.TermLogLoss, m.EndLogLoss, m.AvgL, m.RealAvgL, m.AvgR
 	}
 	if m.RhoDefined {
 		out["rho"] = m.Rho
@@ -227,6 +230,24 @@ func (ev evaluator) evaluate(ctx context.Context, m *inference.Model, tok *infer
 		}
 	}
 	met.RealDist1, met.RealDist2, met.RealAvgWords = Distinct(ref, 1), Distinct(ref, 2), AvgWords(ref)
+	return met, nil
+}
+
+// fidelity measures the user agent m as ev.ua serves it, calibration
+// included, on the held-out dialogues: ρ, the termination log-loss and the
+// simulated and real Avg.L, as evaluate does, without PPL or Dist-n of the
+// reference turns.
+func (ev evaluator) fidelity(ctx context.Context, m *inference.Model, tok *inference.Tokenizer, heldOut []schema.Dialogue, demos map[string][]schema.Dialogue) (Metrics, error) {
+	heldOut = heldOut[:min(len(heldOut), ev.cfg.MaxDialogues)]
+	eng, stop, err := startEngine(m, ev.prompt.format(tok), ev.cfg.ScoreBatch, ev.logger)
+	if err != nil {
+		return Metrics{}, fmt.Errorf("fidelity: %w", err)
+	}
+	defer stop()
+	met := Metrics{Dialogues: len(heldOut)}
+	if err := ev.userFidelity(ctx, eng, heldOut, demos, &met); err != nil {
+		return Metrics{}, fmt.Errorf("fidelity: %w", err)
+	}
 	return met, nil
 }
 
@@ -383,7 +404,7 @@ func (ev evaluator) userFidelity(ctx context.Context, eng *inference.Engine, hel
 			}
 		}
 	}
-	var probs []float64
+	var probs, ends []float64
 	var labels []bool
 	var sim, real []float64
 	var rewards [][]float64
@@ -395,6 +416,7 @@ func (ev evaluator) userFidelity(ctx context.Context, eng *inference.Engine, hel
 				continue // the system ended it: no label
 			}
 			probs = append(probs, pt)
+			ends = append(ends, ps[i][k])
 			labels = append(labels, last)
 		}
 		rs := make([]float64, len(ps[i]))
@@ -407,7 +429,7 @@ func (ev evaluator) userFidelity(ctx context.Context, eng *inference.Engine, hel
 			real = append(real, float64(n))
 		}
 	}
-	met.TermLogLoss = BinaryLogLoss(probs, labels)
+	met.TermLogLoss, met.EndLogLoss = BinaryLogLoss(probs, labels), BinaryLogLoss(ends, labels)
 	met.AvgR = AvgR(rewards)
 	if len(sim) > 0 {
 		var s, r float64

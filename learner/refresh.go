@@ -143,7 +143,7 @@ func (c RefreshConfig) Validate() error {
 // FidelityGate returns the publication rule of a refreshed user agent: it
 // must be at least as faithful as the current one. ρ decides first: a fall
 // of more than tol refuses, a rise of more than tol accepts; within tol (or
-// when neither ρ is defined) the [Continue]/[Terminate] log-loss must not
+// when neither ρ is defined) the log-loss of the end probability must not
 // rise. An undefined ρ counts below any defined one.
 func FidelityGate(tol float64) func(before, after Metrics) (bool, string) {
 	return func(before, after Metrics) (bool, string) {
@@ -156,12 +156,12 @@ func FidelityGate(tol float64) func(before, after Metrics) (bool, string) {
 			return false, fmt.Sprintf("ρ fell from %.3f to %.3f", before.Rho, after.Rho)
 		case before.RhoDefined && after.Rho > before.Rho+tol:
 			return true, fmt.Sprintf("ρ rose from %.3f to %.3f", before.Rho, after.Rho)
-		case after.TermLogLoss > before.TermLogLoss:
-			return false, fmt.Sprintf("ρ %.3f → %.3f within %.3f, termination log-loss rose from %.4f to %.4f",
-				before.Rho, after.Rho, tol, before.TermLogLoss, after.TermLogLoss)
+		case after.EndLogLoss > before.EndLogLoss:
+			return false, fmt.Sprintf("ρ %.3f → %.3f within %.3f, end log-loss rose from %.4f to %.4f",
+				before.Rho, after.Rho, tol, before.EndLogLoss, after.EndLogLoss)
 		default:
-			return true, fmt.Sprintf("ρ %.3f → %.3f within %.3f, termination log-loss %.4f → %.4f",
-				before.Rho, after.Rho, tol, before.TermLogLoss, after.TermLogLoss)
+			return true, fmt.Sprintf("ρ %.3f → %.3f within %.3f, end log-loss %.4f → %.4f",
+				before.Rho, after.Rho, tol, before.EndLogLoss, after.EndLogLoss)
 		}
 	}
 }
@@ -189,11 +189,15 @@ type refreshState struct {
 // the values they judged, the calibration fitted to the refreshed agent
 // and the last training loss.
 type refreshOutcome struct {
-	Published         bool    `json:"published"`
+	Published bool `json:"published"`
+	// RhoBefore … EndLogLossAfter are the fidelity of the current and the
+	// refreshed agent as served, each with its calibration.
 	RhoBefore         float64 `json:"rho_before"`
 	RhoAfter          float64 `json:"rho_after"`
 	TermLogLossBefore float64 `json:"term_log_loss_before"`
 	TermLogLossAfter  float64 `json:"term_log_loss_after"`
+	EndLogLossBefore  float64 `json:"end_log_loss_before"`
+	EndLogLossAfter   float64 `json:"end_log_loss_after"`
 	Loss              float64 `json:"loss"`
 	// RefereeBefore and RefereeAfter are the referee's reports of the
 	// current and the refreshed user agent; nil when the referee did not
@@ -201,8 +205,7 @@ type refreshOutcome struct {
 	// refused first).
 	RefereeBefore *rl.RefereeReport `json:"referee_before,omitempty"`
 	RefereeAfter  *rl.RefereeReport `json:"referee_after,omitempty"`
-	// Calibration is what the refresh fitted; nil when the fidelity gate
-	// refused first.
+	// Calibration is what the refresh fitted.
 	Calibration *refreshCalibration `json:"calibration,omitempty"`
 }
 
@@ -230,11 +233,12 @@ func (c *refreshCalibration) metrics() map[string]float64 {
 }
 
 // gateFindings is what a refresh's gate found besides its verdict: the
-// refreshed agent's calibration (nil when the fidelity gate refused
-// first) and the referee's reports of the current and the calibrated
-// refreshed agent.
+// refreshed agent's calibration, the fidelity of the current and the
+// refreshed agent as served (each with its calibration) and the referee's
+// reports of both.
 type gateFindings struct {
 	calibration                 *refreshCalibration
+	before, after               Metrics
 	refereeBefore, refereeAfter *rl.RefereeReport
 }
 
@@ -337,7 +341,7 @@ func (r *refresher) refresh(ctx context.Context) (*SFTResult, error) {
 	var found gateFindings
 	cfg.Gate = r.gate(parent, window, &found)
 	cfg.RunID = fmt.Sprintf("refresh-%s-%06d", cfg.Model, r.state.Refreshes+1)
-	cfg.SkipEvalBefore = false
+	cfg.SkipEvalBefore = true // the gate measures the current agent as served
 	r.logger.Info("user-agent refresh", "parent", parent, "new_sessions", upTo-r.state.TrainedUpTo, "replay", k)
 	res, err := TrainSFT(ctx, cfg, window, r.logger)
 	if errors.Is(err, ErrRunMismatch) {
@@ -359,8 +363,9 @@ func (r *refresher) refresh(ctx context.Context) (*SFTResult, error) {
 	}
 	r.state.TrainedUpTo, r.state.InProgressUpTo, r.state.LastAt, r.state.LastReason = upTo, 0, r.now(), res.GateReason
 	r.state.Refreshes++
-	r.state.Last = &refreshOutcome{Published: res.Published, RhoBefore: res.Before.Rho, RhoAfter: res.After.Rho,
-		TermLogLossBefore: res.Before.TermLogLoss, TermLogLossAfter: res.After.TermLogLoss,
+	r.state.Last = &refreshOutcome{Published: res.Published, RhoBefore: found.before.Rho, RhoAfter: found.after.Rho,
+		TermLogLossBefore: found.before.TermLogLoss, TermLogLossAfter: found.after.TermLogLoss,
+		EndLogLossBefore: found.before.EndLogLoss, EndLogLossAfter: found.after.EndLogLoss,
 		RefereeBefore: found.refereeBefore, RefereeAfter: found.refereeAfter, Calibration: found.calibration}
 	if n := len(res.Losses); n > 0 {
 		r.state.Last.Loss = float64(res.Losses[n-1])
@@ -370,8 +375,9 @@ func (r *refresher) refresh(ctx context.Context) (*SFTResult, error) {
 		r.state.LastVersion = res.Version
 	}
 	r.logger.Info("user-agent refresh done", "published", res.Published, "version", res.Version, "gate", res.GateReason,
-		"rho_before", res.Before.Rho, "rho_after", res.After.Rho,
-		"log_loss_before", res.Before.TermLogLoss, "log_loss_after", res.After.TermLogLoss,
+		"rho_before", found.before.Rho, "rho_after", found.after.Rho,
+		"end_log_loss_before", found.before.EndLogLoss, "end_log_loss_after", found.after.EndLogLoss,
+		"sim_avg_l_before", found.before.AvgL, "sim_avg_l_after", found.after.AvgL, "real_avg_l", found.after.RealAvgL,
 		slog.Group("calibration", calibrationAttrs(found.calibration)...))
 	if err := r.save(); err != nil {
 		return res, fmt.Errorf("refresh: %w", err)
@@ -429,27 +435,36 @@ func calibrationAttrs(c *refreshCalibration) []any {
 	return []any{"fitted", c.Fitted, "scale", c.Scale, "offset", c.Offset, "decisions", c.Decisions, "sessions", c.Sessions}
 }
 
-// gate is a refresh's publication rule: FidelityGate on the agents as
-// trained, then, when it accepts, the calibration of the refreshed agent
-// (calibrate) and the referee gate on the calibrated agents, the current
-// one with the calibration its version carries. It leaves the calibration
-// and the referee's reports in found.
+// gate is a refresh's publication rule on the agents as they are served:
+// the refreshed agent is calibrated (calibrate), then FidelityGate compares
+// it with the current one, which keeps the calibration its version
+// carries, and, when it accepts, so does the referee gate. Judging the
+// agents as trained would not do: ρ's expected lengths take the training
+// prior past each dialogue's real end, so an agent whose uncalibrated ends
+// come too often gets a ρ that falls with the real length however well it
+// ranks the players' decisions. The verdict's metrics, which the manifest
+// keeps, are the calibration and the fidelity as served; found keeps all
+// it measured.
 func (r *refresher) gate(parent string, window []schema.Dialogue, found *gateFindings) func(context.Context, Metrics, Metrics, *inference.Model, *inference.Tokenizer) (GateVerdict, error) {
 	fidelity := FidelityGate(r.cfg.RhoTolerance)
-	return func(ctx context.Context, mb, ma Metrics, m *inference.Model, tok *inference.Tokenizer) (GateVerdict, error) {
-		ok, why := fidelity(mb, ma)
-		if !ok {
-			return GateVerdict{Reason: why}, nil
-		}
+	return func(ctx context.Context, _, _ Metrics, m *inference.Model, tok *inference.Tokenizer) (GateVerdict, error) {
 		cal, cwhy, err := r.calibrate(ctx, m, tok, window)
 		if err != nil {
 			return GateVerdict{}, err
 		}
 		found.calibration = cal
+		if found.before, found.after, err = r.servedFidelity(ctx, parent, m, tok, cal, window); err != nil {
+			return GateVerdict{}, err
+		}
+		ok, why := fidelity(found.before, found.after)
 		why += "; " + cwhy
+		if !ok {
+			return GateVerdict{Reason: why}, nil
+		}
+		metrics := servedMetrics(cal, found.after)
 		rc := r.cfg.Referee
 		if rc.Players.Size == 0 {
-			return GateVerdict{Publish: true, Reason: why, Metrics: cal.metrics()}, nil
+			return GateVerdict{Publish: true, Reason: why, Metrics: metrics}, nil
 		}
 		npc, err := currentVersion(ctx, r.registry, rc.NPCModel)
 		if err != nil {
@@ -457,7 +472,7 @@ func (r *refresher) gate(parent string, window []schema.Dialogue, found *gateFin
 		}
 		if npc == "" {
 			r.logger.Warn("user-agent referee skipped: no NPC version writes the siblings", "npc_model", rc.NPCModel)
-			return GateVerdict{Publish: true, Reason: why + "; referee skipped: no " + rc.NPCModel + " version", Metrics: cal.metrics()}, nil
+			return GateVerdict{Publish: true, Reason: why + "; referee skipped: no " + rc.NPCModel + " version", Metrics: metrics}, nil
 		}
 		j, err := r.newReferee(ctx, npc, window)
 		if err != nil {
@@ -488,8 +503,52 @@ func (r *refresher) gate(parent string, window []schema.Dialogue, found *gateFin
 		r.logger.Info("user-agent referee", "npc", npc, "parent", parent, "passed", pass, "reason", rwhy,
 			"seconds", time.Since(j.began).Seconds(), "groups", after.Groups, "ranked_groups", after.RankedGroups,
 			slog.Group("after", refereeAttrs(after)...), slog.Group("before", refereeAttrs(before)...))
-		return GateVerdict{Publish: pass, Reason: why + "; " + rwhy, Metrics: cal.metrics()}, nil
+		return GateVerdict{Publish: pass, Reason: why + "; " + rwhy, Metrics: metrics}, nil
 	}
+}
+
+// servedFidelity measures the current user agent (version parent, with
+// the calibration its version carries; zero Metrics when there is none)
+// and the refreshed one m (with cal) on the window's held-out players, as
+// SFT's evaluation does.
+func (r *refresher) servedFidelity(ctx context.Context, parent string, m *inference.Model, tok *inference.Tokenizer, cal *refreshCalibration, window []schema.Dialogue) (before, after Metrics, err error) {
+	sft := r.cfg.SFT
+	train, heldOut := splitPlayers(window, sft.HeldOutShare, sft.Seed)
+	demos := byPlayer(heldOut)
+	ev := evaluator{role: RoleUser, cfg: sft.Eval, ua: sft.UserAgent.ForVersion(schema.Manifest{Metrics: cal.metrics()}),
+		risks: simulator.TrainingRisks(train, sft.MaxTurns), logger: r.logger}
+	if after, err = ev.fidelity(ctx, m, tok, heldOut, demos); err != nil {
+		return Metrics{}, Metrics{}, fmt.Errorf("refreshed user agent: %w", err)
+	}
+	if parent == "" {
+		return Metrics{}, after, nil
+	}
+	pm, ptok, man, err := inference.LoadCheckpoint(filepath.Join(r.registry, sft.Model, parent), sft.Backend)
+	if err != nil {
+		return Metrics{}, Metrics{}, fmt.Errorf("current user agent: %w", err)
+	}
+	ev.ua = sft.UserAgent.ForVersion(man)
+	if before, err = ev.fidelity(ctx, pm, ptok, heldOut, demos); err != nil {
+		return Metrics{}, Metrics{}, fmt.Errorf("current user agent %s: %w", parent, err)
+	}
+	return before, after, nil
+}
+
+// servedMetrics are the manifest metrics of a refreshed agent beyond its
+// training run's: the calibration and the fidelity as served, which
+// replace the fidelity as trained.
+func servedMetrics(cal *refreshCalibration, served Metrics) map[string]float64 {
+	out := cal.metrics()
+	if out == nil {
+		out = map[string]float64{}
+	}
+	for k, v := range served.Map() {
+		switch k {
+		case "rho", "term_log_loss", "end_log_loss", "avg_l", "real_avg_l", "avg_r":
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // refereeAttrs are a report's gate values as log attributes; none for nil.

@@ -21,7 +21,7 @@ import (
 
 func TestFidelityGate(t *testing.T) {
 	m := func(rho float64, defined bool, ll float64) Metrics {
-		return Metrics{Rho: rho, RhoDefined: defined, TermLogLoss: ll}
+		return Metrics{Rho: rho, RhoDefined: defined, EndLogLoss: ll}
 	}
 	tests := []struct {
 		name          string
@@ -115,10 +115,11 @@ func TestRefreshThatWorsensFidelityIsNotPublished(t *testing.T) {
 	if err != nil {
 		t.Fatalf("refresh: %v", err)
 	}
-	t.Logf("refresh: log-loss %.4f → %.4f, ρ %.3f → %.3f; gate: %s", res.Before.TermLogLoss, res.After.TermLogLoss, res.Before.Rho, res.After.Rho, res.GateReason)
-	if res.After.TermLogLoss <= res.Before.TermLogLoss {
+	last := r.state.Last
+	t.Logf("refresh: log-loss %.4f → %.4f, ρ %.3f → %.3f; gate: %s", last.EndLogLossBefore, last.EndLogLossAfter, last.RhoBefore, last.RhoAfter, res.GateReason)
+	if last.EndLogLossAfter <= last.EndLogLossBefore {
 		t.Fatalf("the corrupted window did not make termination prediction worse (%.4f → %.4f): the test proves nothing",
-			res.Before.TermLogLoss, res.After.TermLogLoss)
+			last.EndLogLossBefore, last.EndLogLossAfter)
 	}
 	if res.Published {
 		t.Errorf("a refresh with worse fidelity was published as %s", res.Version)
@@ -281,10 +282,23 @@ func TestRefreshRefusedByTheReferee(t *testing.T) {
 
 // TestRefereeGateOffOrSkipped checks that the referee leaves the fidelity
 // gate's verdict alone when it is off (no population) or has no NPC
-// version to write the siblings.
+// version to write the siblings: the gate judges the current user agent
+// against itself and accepts.
 func TestRefereeGateOffOrSkipped(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains a model: skipped in -short")
+	}
+	ds := generatedCorpus(t, 16, 4, 4, 3)
+	ua := tinySFTConfig(t, RoleUser)
+	ua.Registry = filepath.Join(ua.DataDir, "registry")
+	ua.Steps, ua.CheckpointEvery = 16, 16
+	v1, err := TrainSFT(context.Background(), ua, ds, nil)
+	if err != nil || !v1.Published {
+		t.Fatalf("train v1: published %v, %v", v1 != nil && v1.Published, err)
+	}
 	rc := DefaultRefreshConfig()
-	r := &refresher{cfg: rc, registry: t.TempDir(), dataDir: t.TempDir(), logger: slog.New(slog.DiscardHandler), now: time.Now}
+	rc.SFT = ua
+	r := &refresher{cfg: rc, registry: ua.Registry, dataDir: ua.DataDir, logger: slog.New(slog.DiscardHandler), now: time.Now}
 	for _, tc := range []struct {
 		name    string
 		players int
@@ -292,7 +306,7 @@ func TestRefereeGateOffOrSkipped(t *testing.T) {
 	}{{"off", 0, ""}, {"no npc version", 16, "referee skipped: no npc version"}} {
 		r.cfg.Referee.Players.Size = tc.players
 		var found gateFindings
-		v, err := r.gate("", nil, &found)(context.Background(), Metrics{}, Metrics{}, nil, nil)
+		v, err := r.gate(v1.Version, ds, &found)(context.Background(), Metrics{}, Metrics{}, v1.TrainedModel, v1.Tokenizer)
 		ok, why := v.Publish, v.Reason
 		before, after := found.refereeBefore, found.refereeAfter
 		if err != nil || !ok || !strings.Contains(why, tc.why) || before != nil || after != nil {
@@ -378,6 +392,11 @@ func TestRefreshPublishesCalibratedUserAgent(t *testing.T) {
 		t.Errorf("EvaluateModel of %s: PPL %v, simulated Avg.L %v; want the run's PPL %v and an Avg.L other than its uncalibrated %v",
 			res.Version, met.PPL, met.AvgL, res.After.PPL, res.After.AvgL)
 	}
+	// The gate judged, and the manifest keeps, the agent as served.
+	if last := r.state.Last; !near(last.RhoAfter, met.Rho) || !near(last.EndLogLossAfter, met.EndLogLoss) || !near(man.Metrics["avg_l"], met.AvgL) {
+		t.Errorf("gate's ρ %v, log-loss %v and manifest Avg.L %v; want those of %s as served: %v, %v, %v",
+			last.RhoAfter, last.EndLogLossAfter, man.Metrics["avg_l"], res.Version, met.Rho, met.EndLogLoss, met.AvgL)
+	}
 	ua, stop, err := serveUserAgent(dir, DefaultCycleConfig().UserAgent, r.cfg.SFT.Backend, r.logger)
 	if err != nil {
 		t.Fatal(err)
@@ -408,8 +427,8 @@ func TestRefreshWithoutQuitsKeepsZeroCalibration(t *testing.T) {
 	if err != nil {
 		t.Fatalf("refresh: %v", err)
 	}
-	if ok, why := FidelityGate(r.cfg.RhoTolerance)(res.Before, res.After); !ok || !res.Published {
-		t.Fatalf("refresh published %v (gate %q); the fidelity gate alone says %v (%s): want both to publish", res.Published, res.GateReason, ok, why)
+	if !res.Published {
+		t.Fatalf("refresh not published (gate %q); want the fidelity gate alone to publish the first agent", res.GateReason)
 	}
 	if cal := r.state.Last.Calibration; cal == nil || cal.Fitted || cal.Scale != 0 || cal.Offset != 0 {
 		t.Errorf("refresh state calibration %+v; want none fitted", cal)
@@ -465,5 +484,18 @@ func TestRefereeJudgesTheCalibratedAgent(t *testing.T) {
 	}
 	if uncal.refereeAfter.SimAvgL == cal.refereeAfter.SimAvgL {
 		t.Errorf("the refreshed agent's simulated Avg.L is %.3f with and without its calibration; want the referee to judge the calibrated agent", cal.refereeAfter.SimAvgL)
+	}
+	// The fidelity gate too: the refreshed agent here has v1's weights, so
+	// uncalibrated it measures as v1 does, calibrated it does not.
+	served, err := EvaluateModel(ctx, filepath.Join(rc.SFT.Registry, rc.SFT.Model, "v1"), ds, EvalOptionsFrom(rc.SFT), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := cal.before; !near(b.Rho, served.Rho) || !near(b.EndLogLoss, served.EndLogLoss) || !near(b.AvgL, served.AvgL) {
+		t.Errorf("fidelity gate's current agent: ρ %v, log-loss %v, Avg.L %v; want v1 as served: %v, %v, %v", b.Rho, b.EndLogLoss, b.AvgL, served.Rho, served.EndLogLoss, served.AvgL)
+	}
+	if !near(uncal.after.AvgL, uncal.before.AvgL) || near(cal.after.AvgL, cal.before.AvgL) {
+		t.Errorf("fidelity gate's simulated Avg.L: %v vs v1's %v uncalibrated, %v vs %v calibrated; want equal, then different",
+			uncal.after.AvgL, uncal.before.AvgL, cal.after.AvgL, cal.before.AvgL)
 	}
 }

@@ -88,6 +88,7 @@ func (l *Learner) RegisterMetrics(meter metric.Meter) (metric.Registration, erro
 			}{
 				{"rho", "before", last.RhoBefore}, {"rho", "after", last.RhoAfter},
 				{"term_log_loss", "before", last.TermLogLossBefore}, {"term_log_loss", "after", last.TermLogLossAfter},
+				{"end_log_loss", "before", last.EndLogLossBefore}, {"end_log_loss", "after", last.EndLogLossAfter},
 			} {
 				o.ObserveFloat64(gate, v.value, metric.WithAttributes(attribute.String("stat", v.stat), attribute.String("side", v.side)))
 			}

@@ -57,7 +57,7 @@ func TestMetricsAfterTraffic(t *testing.T) {
 	// A refresh and a cycle that finished before this start: their gate
 	// values and losses are reported from the state files.
 	writeFile(t, filepath.Join(lc.Learner.DataDir, "refresh.json"), `{"refreshes": 1, "published": 1, "last_at": "2026-12-01T10:00:00Z",
-		"last": {"published": true, "rho_before": 0.21, "rho_after": 0.34, "term_log_loss_before": 0.6, "term_log_loss_after": 0.55, "loss": 1.9}}`)
+		"last": {"published": true, "rho_before": 0.21, "rho_after": 0.34, "term_log_loss_before": 0.6, "term_log_loss_after": 0.55, "end_log_loss_before": 0.52, "end_log_loss_after": 0.48, "loss": 1.9}}`)
 	writeFile(t, filepath.Join(lc.Learner.DataDir, "cycle", "cycle.json"), `{"cycles": 1, "last_at": "2026-12-01T11:00:00Z",
 		"last": {"published": false, "candidate": {"ua_avg_l": 5.1}, "parent_eval": {"ua_avg_l": 5.4}, "loss": 0.07}}`)
 
@@ -100,6 +100,7 @@ func TestMetricsAfterTraffic(t *testing.T) {
 		`parley_learner_cycle_last_run_time_seconds{`,
 		`parley_learner_refresh_last_accepted{.*} 1$`,
 		`parley_learner_refresh_gate{.*side="after",stat="rho"} 0.34$`,
+		`parley_learner_refresh_gate{.*side="after",stat="end_log_loss"} 0.48$`,
 		`parley_learner_refresh_last_loss{.*} 1.9$`,
 		`parley_learner_cycle_last_accepted{.*} 0$`,
 		`parley_learner_cycle_gate{env="ua",.*policy="parent",stat="avg_l"} 5.4$`,
