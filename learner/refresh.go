@@ -438,7 +438,8 @@ func calibrationAttrs(c *refreshCalibration) []any {
 // gate is a refresh's publication rule on the agents as they are served:
 // the refreshed agent is calibrated (calibrate), then FidelityGate compares
 // it with the current one, which keeps the calibration its version
-// carries, and, when it accepts, so does the referee gate. Judging the
+// carries (a first agent, with no current one, passes), and, when it
+// accepts, so does the referee gate. Judging the
 // agents as trained would not do: ρ's expected lengths take the training
 // prior past each dialogue's real end, so an agent whose uncalibrated ends
 // come too often gets a ρ that falls with the real length however well it
@@ -456,7 +457,10 @@ func (r *refresher) gate(parent string, window []schema.Dialogue, found *gateFin
 		if found.before, found.after, err = r.servedFidelity(ctx, parent, m, tok, cal, window); err != nil {
 			return GateVerdict{}, err
 		}
-		ok, why := fidelity(found.before, found.after)
+		ok, why := true, "no current user agent to compare with"
+		if parent != "" {
+			ok, why = fidelity(found.before, found.after)
+		}
 		why += "; " + cwhy
 		if !ok {
 			return GateVerdict{Reason: why}, nil
