@@ -437,15 +437,14 @@ func calibrationAttrs(c *refreshCalibration) []any {
 
 // gate is a refresh's publication rule on the agents as they are served:
 // the refreshed agent is calibrated (calibrate), then FidelityGate compares
-// it with the current one, which keeps the calibration its version
-// carries (a first agent, with no current one, passes), and, when it
-// accepts, so does the referee gate. Judging the
-// agents as trained would not do: ρ's expected lengths take the training
-// prior past each dialogue's real end, so an agent whose uncalibrated ends
-// come too often gets a ρ that falls with the real length however well it
-// ranks the players' decisions. The verdict's metrics, which the manifest
-// keeps, are the calibration and the fidelity as served; found keeps all
-// it measured.
+// it with the current one, which keeps the calibration its version carries
+// (a first agent, with no current one, passes), and, when it accepts, so
+// does the referee gate. Judging the agents as trained would not do: ρ's
+// expected lengths take the training prior past each dialogue's real end,
+// so an agent whose uncalibrated ends come too often gets a ρ that falls
+// with the real length however well it ranks the players' decisions. The
+// verdict's metrics, which the manifest keeps, are the calibration and the
+// fidelity as served; found keeps all it measured.
 func (r *refresher) gate(parent string, window []schema.Dialogue, found *gateFindings) func(context.Context, Metrics, Metrics, *inference.Model, *inference.Tokenizer) (GateVerdict, error) {
 	fidelity := FidelityGate(r.cfg.RhoTolerance)
 	return func(ctx context.Context, _, _ Metrics, m *inference.Model, tok *inference.Tokenizer) (GateVerdict, error) {
