@@ -40,6 +40,7 @@ end reasons and errors. With --out the summary is also written as JSON.`,
 	f.IntVar(&cfg.Sessions, "sessions", cfg.Sessions, "sessions in all")
 	f.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "sessions at a time")
 	f.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the population and the conversations")
+	f.DurationVar(&cfg.ThinkTime, "think-time", cfg.ThinkTime, "pause before each message after the first, as a player reads and types (0: answer at once)")
 	f.IntVar(&cfg.MaxTurns, "max-turns", cfg.MaxTurns, "end a session from the client side after this many exchanges (0: the gateway's limit)")
 	f.StringVar(&cfg.NPCID, "npc", cfg.NPCID, "npc id to talk to (empty: the gateway's default)")
 	f.StringVar(&out, "out", "", "also write the summary as JSON to this file")

@@ -28,6 +28,8 @@ const (
 	windowPlayers  = 500
 	abRoundPlayers = 300
 	abRoundMax     = 6
+	abConcurrency  = 16
+	abThinkTime    = 500 * time.Millisecond
 	promoteTurns   = 8
 )
 
@@ -107,8 +109,13 @@ func TestLoopPromotes(t *testing.T) {
 	rc, st := canaryHalf(t, ctx, rds)
 	exp := st.ExperimentID
 	for round := 1; round <= abRoundMax && st.State == schema.PhaseCanary; round++ {
+		// Players think between turns: with bots that answer at once, the
+		// arm whose sessions run longer holds more of the concurrent
+		// sessions, its engine slows and its sessions lengthen further,
+		// which the slow-exchange guardrail then blames on the canary.
 		ab := players
 		ab.Players, ab.Sessions, ab.Seed = abRoundPlayers, abRoundPlayers, botSeed+uint64(round)
+		ab.Concurrency, ab.ThinkTime = abConcurrency, abThinkTime
 		ab.Population.IDPrefix = fmt.Sprintf("ab%d-", round)
 		playBots(t, ctx, began, fmt.Sprintf("a/b round %d", round), ab)
 		// The watchdog looks every 5 s once the sessions reached its follower.

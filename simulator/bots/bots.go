@@ -38,6 +38,12 @@ type Config struct {
 	// MaxTurns ends a session from the client side with max_turns after that
 	// many exchanges; 0 leaves the limit to the gateway.
 	MaxTurns int `json:"max_turns"`
+	// ThinkTime is how long a persona waits before each message after its
+	// first, as a player reads the reply and types. With 0 the load is
+	// closed-loop: a bot starts its next request the moment a reply comes,
+	// so the arm of an A/B test whose sessions run longer holds more of the
+	// Concurrency sessions at once, and its engine more of the load.
+	ThinkTime time.Duration `json:"think_time"`
 	// LeaveIdle makes a persona that goes idle just stop, leaving the session
 	// to the gateway's idle timeout, instead of calling /end.
 	LeaveIdle bool `json:"leave_idle"`
@@ -71,8 +77,8 @@ func (c Config) Validate() error {
 	if c.Players < 1 || c.Sessions < 1 || c.Concurrency < 1 {
 		return fmt.Errorf("bots: players %d, sessions %d and concurrency %d must be at least 1", c.Players, c.Sessions, c.Concurrency)
 	}
-	if c.MaxTurns < 0 || c.MaxRetries < 0 || c.RetryBase <= 0 || c.MaxRetryWait < c.RetryBase || c.RequestTimeout <= 0 {
-		return errors.New("bots: max turns and retries must not be negative; retry waits and request timeout must be positive")
+	if c.MaxTurns < 0 || c.MaxRetries < 0 || c.ThinkTime < 0 || c.RetryBase <= 0 || c.MaxRetryWait < c.RetryBase || c.RequestTimeout <= 0 {
+		return errors.New("bots: max turns, retries and think time must not be negative; retry waits and request timeout must be positive")
 	}
 	p := c.Population
 	p.Size = c.Players
@@ -290,6 +296,9 @@ func (b *bot) play(ctx context.Context, p *simulator.Persona, i int) sessionResu
 			break
 		}
 		text = reply
+		if err := wait(ctx, b.cfg.ThinkTime); err != nil {
+			return fail("think", err)
+		}
 	}
 	n, err = b.retry(ctx, func() error {
 		_, err := b.api.EndSession(ctx, created.SessionID)
@@ -314,17 +323,28 @@ func (b *bot) retry(ctx context.Context, call func() error) (int, error) {
 			apiErr.Status != http.StatusTooManyRequests && apiErr.Status != http.StatusServiceUnavailable {
 			return attempt, err
 		}
-		wait := apiErr.RetryAfter
-		if wait <= 0 {
-			wait = time.Duration(float64(b.cfg.RetryBase) * math.Pow(2, float64(attempt)))
+		delay := apiErr.RetryAfter
+		if delay <= 0 {
+			delay = time.Duration(float64(b.cfg.RetryBase) * math.Pow(2, float64(attempt)))
 		}
-		t := time.NewTimer(min(wait, b.cfg.MaxRetryWait))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return attempt, fmt.Errorf("retry: %w", ctx.Err())
-		case <-t.C:
+		if err := wait(ctx, min(delay, b.cfg.MaxRetryWait)); err != nil {
+			return attempt, fmt.Errorf("retry: %w", err)
 		}
+	}
+}
+
+// wait sleeps for d, or until ctx is done.
+func wait(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 

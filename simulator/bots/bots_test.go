@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -201,6 +202,33 @@ func TestRunBotsAgainstTheContract(t *testing.T) {
 	}
 }
 
+// TestBotsThinkBetweenMessages runs sessions one at a time with a think
+// time: the run lasts at least a think time for every message after a
+// session's first.
+func TestBotsThinkBetweenMessages(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Players, cfg.Sessions, cfg.Concurrency, cfg.Seed = 4, 4, 1, 5
+	cfg.MaxTurns, cfg.RetryBase, cfg.MaxRetryWait = 0, time.Millisecond, 10*time.Millisecond
+	cfg.ThinkTime, cfg.APIKey = 25*time.Millisecond, "k-test"
+	pcfg := cfg.Population
+	pcfg.Size = cfg.Players
+	pop, err := simulator.NewPopulation(pcfg, cfg.Seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(&contractGateway{t: t, pop: pop, key: cfg.APIKey, sessions: make(map[string]*stubSession)})
+	defer srv.Close()
+	cfg.GatewayURL = srv.URL
+	sum, err := Run(t.Context(), cfg, slog.New(slog.DiscardHandler))
+	if err != nil || sum.Errors != 0 {
+		t.Fatalf("Run: %+v, %v", sum, err)
+	}
+	messages := int(math.Round(sum.AvgL * float64(sum.Sessions)))
+	if thinks := messages - sum.Sessions; thinks < 1 || sum.Seconds < float64(thinks)*cfg.ThinkTime.Seconds() {
+		t.Errorf("%d sessions of %d messages in all took %.3fs; want at least %d think times of %v", sum.Sessions, messages, sum.Seconds, thinks, cfg.ThinkTime)
+	}
+}
+
 func TestBotsConfigValidate(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -210,6 +238,7 @@ func TestBotsConfigValidate(t *testing.T) {
 		{"no sessions", func(c *Config) { c.Sessions = 0 }},
 		{"no concurrency", func(c *Config) { c.Concurrency = 0 }},
 		{"negative retries", func(c *Config) { c.MaxRetries = -1 }},
+		{"negative think time", func(c *Config) { c.ThinkTime = -time.Second }},
 	}
 	if err := DefaultConfig().Validate(); err != nil {
 		t.Fatalf("default: %v", err)
