@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -223,7 +222,7 @@ func TestBotsThinkBetweenMessages(t *testing.T) {
 	if err != nil || sum.Errors != 0 {
 		t.Fatalf("Run: %+v, %v", sum, err)
 	}
-	messages := int(math.Round(sum.AvgL * float64(sum.Sessions)))
+	messages := sum.Exchanges
 	if thinks := messages - sum.Sessions; thinks < 1 || sum.Seconds < float64(thinks)*cfg.ThinkTime.Seconds() {
 		t.Errorf("%d sessions of %d messages in all took %.3fs; want at least %d think times of %v", sum.Sessions, messages, sum.Seconds, thinks, cfg.ThinkTime)
 	}
