@@ -504,7 +504,7 @@ func (r *refresher) gate(parent string, window []schema.Dialogue, found *gateFin
 		before, after := found.refereeBefore, found.refereeAfter
 		pass, rwhy := after.Pass(before, rc.Thresholds)
 		r.logger.Info("user-agent referee", "npc", npc, "parent", parent, "passed", pass, "reason", rwhy,
-			"seconds", time.Since(j.began).Seconds(), "groups", after.Groups, "ranked_groups", after.RankedGroups,
+			"seconds", time.Since(j.began).Seconds(), "groups", after.Groups, "ranked_groups", after.RankedGroups, "hazard_within_share", after.HazardWithinShare,
 			slog.Group("after", refereeAttrs(after)...), slog.Group("before", refereeAttrs(before)...))
 		return GateVerdict{Publish: pass, Reason: why + "; " + rwhy, Metrics: metrics}, nil
 	}
@@ -560,7 +560,7 @@ func refereeAttrs(rep *rl.RefereeReport) []any {
 		return nil
 	}
 	return []any{"kendall_tau", rep.KendallTau, "kendall_tau_ci_low", rep.KendallTauCILow, "kendall_tau_ci_high", rep.KendallTauCIHigh,
-		"pearson", rep.Pearson, "sim_real_avg_l", rep.SimRealAvgL, "sim_avg_l", rep.SimAvgL, "real_avg_l", rep.RealAvgL}
+		"pearson", rep.Pearson, "pearson_within", rep.PearsonWithin, "sim_real_avg_l", rep.SimRealAvgL, "sim_avg_l", rep.SimAvgL, "real_avg_l", rep.RealAvgL}
 }
 
 // referee is one refresh's referee: the NPC version that writes the

@@ -109,6 +109,12 @@ type RefereeReport struct {
 	Pearson        float64 `json:"pearson"`
 	PearsonWithin  float64 `json:"pearson_within"`
 	PearsonBetween float64 `json:"pearson_between"`
+	// HazardWithinShare is the share of the hidden hazard's variance that
+	// lies within groups: how much the siblings differ for the players.
+	// Near 0, no user agent can rank them and τ-b says nothing of it; a τ-b
+	// near 0 beside a large share is an agent that cannot tell them apart.
+	// It depends on the sample alone, not on the agent judged.
+	HazardWithinShare float64 `json:"hazard_within_share"`
 	// SimRealAvgL is SimAvgL/RealAvgL: the mean exchange length of the
 	// policy's dialogues against the user agent over that against the
 	// players, from the same openings.
@@ -365,6 +371,9 @@ func (s *RefereeSample) Judge(ctx context.Context, policy Policy, ua Environment
 		}
 	}
 	rep.Pearson, rep.PearsonWithin, rep.PearsonBetween = correlation(allP, allH), correlation(devP, devH), correlation(meanP, meanH)
+	if v := stat.Variance(allH, nil); v > 0 {
+		rep.HazardWithinShare = stat.Variance(devH, nil) / v
+	}
 	sim, err := Evaluate(ctx, policy, ua, s.Openings, s.cfg.Depth, 0)
 	if err != nil {
 		return rep, fmt.Errorf("judge: simulated dialogues: %w", err)

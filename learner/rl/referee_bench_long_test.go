@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"gonum.org/v1/gonum/stat"
-
 	"github.com/parleyhq/parley/inference"
 	"github.com/parleyhq/parley/learner"
 	"github.com/parleyhq/parley/learner/rl"
@@ -283,7 +281,7 @@ func TestRefereeBench(t *testing.T) {
 		"train_dialogues": len(train) + len(onPolicy), "on_policy_dialogues": len(onPolicy), "instances": ua.Instances,
 		"user_agent_train_seconds": trainSeconds, "judge_seconds": judgeSeconds,
 		"total_seconds": time.Since(start).Seconds(), "held_out_metrics": ua.After,
-		"hazard_between_share": betweenShare(sample.Groups),
+		"hazard_between_share": 1 - rep.HazardWithinShare,
 	} {
 		out[k] = v
 	}
@@ -291,28 +289,6 @@ func TestRefereeBench(t *testing.T) {
 	fmt.Printf("REFEREE_BENCH %s\n", js)
 	_, why := rep.Pass(nil, rl.DefaultRefereeThresholds())
 	t.Log(why)
-}
-
-// betweenShare is the share of the sibling turns' hazard variance that
-// lies between the groups' means: what Pearson's between-group part has
-// to explain.
-func betweenShare(groups []rl.SiblingGroup) float64 {
-	var all []float64
-	for _, g := range groups {
-		all = append(all, g.Hazards...)
-	}
-	mean, total, between := stat.Mean(all, nil), 0.0, 0.0
-	for _, g := range groups {
-		m := stat.Mean(g.Hazards, nil)
-		for _, h := range g.Hazards {
-			total += (h - mean) * (h - mean)
-			between += (m - mean) * (m - mean)
-		}
-	}
-	if total == 0 {
-		return 0
-	}
-	return between / total
 }
 
 // respondOnly hides an environment's EndScorer, so the judge asks Respond.

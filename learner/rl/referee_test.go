@@ -160,6 +160,7 @@ func TestJudgeHandComputed(t *testing.T) {
 		// One group: the deviations are the series less their means, and
 		// the group means are one point.
 		{"pearson_within", rep.PearsonWithin, math.Sqrt(0.0475 / 0.0675)}, {"pearson_between", rep.PearsonBetween, 0},
+		{"hazard_within_share", rep.HazardWithinShare, 1},
 		{"sim_real_avg_l", rep.SimRealAvgL, 0.25}, {"sim_avg_l", rep.SimAvgL, 1}, {"real_avg_l", rep.RealAvgL, 4},
 	} {
 		if math.Abs(v.got-v.want) > 1e-12 {
@@ -173,7 +174,9 @@ func TestJudgeHandComputed(t *testing.T) {
 
 // TestJudgeSplitsPearson judges two groups whose siblings the user agent
 // ranks backwards in one and rightly in the other, while it rates the
-// riskier group lower: Pearson within groups 0, between them −1.
+// riskier group lower: Pearson within groups 0, between them −1. The
+// hazards 0.1, 0.3 | 0.5, 0.7 vary 0.04 of 0.2 (sums of squares) within
+// the groups.
 func TestJudgeSplitsPearson(t *testing.T) {
 	ctx := context.Background()
 	cfg := RefereeConfig{Groups: 2, Siblings: 2, MaxContext: 0, Dialogues: 1, Depth: 1, Resamples: 10, Parallel: 1, Seed: 1}
@@ -189,6 +192,9 @@ func TestJudgeSplitsPearson(t *testing.T) {
 	}
 	if math.Abs(rep.PearsonWithin) > 1e-12 || math.Abs(rep.PearsonBetween+1) > 1e-12 {
 		t.Errorf("Pearson within %v, between %v; want 0 and -1", rep.PearsonWithin, rep.PearsonBetween)
+	}
+	if math.Abs(rep.HazardWithinShare-0.2) > 1e-12 {
+		t.Errorf("hazard within share %v; want 0.2", rep.HazardWithinShare)
 	}
 }
 
