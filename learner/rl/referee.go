@@ -371,9 +371,7 @@ func (s *RefereeSample) Judge(ctx context.Context, policy Policy, ua Environment
 		}
 	}
 	rep.Pearson, rep.PearsonWithin, rep.PearsonBetween = correlation(allP, allH), correlation(devP, devH), correlation(meanP, meanH)
-	if v := stat.Variance(allH, nil); v > 0 {
-		rep.HazardWithinShare = stat.Variance(devH, nil) / v
-	}
+	rep.HazardWithinShare = s.HazardWithinShare()
 	sim, err := Evaluate(ctx, policy, ua, s.Openings, s.cfg.Depth, 0)
 	if err != nil {
 		return rep, fmt.Errorf("judge: simulated dialogues: %w", err)
@@ -383,6 +381,22 @@ func (s *RefereeSample) Judge(ctx context.Context, policy Policy, ua Environment
 		rep.SimRealAvgL = sim.AvgL / s.RealAvgL
 	}
 	return rep, nil
+}
+
+// HazardWithinShare is the share of the hidden hazard's variance over
+// every sibling turn that lies within the groups (RefereeReport).
+func (s *RefereeSample) HazardWithinShare() float64 {
+	var all, dev []float64
+	for _, g := range s.Groups {
+		m := stat.Mean(g.Hazards, nil)
+		for _, h := range g.Hazards {
+			all, dev = append(all, h), append(dev, h-m)
+		}
+	}
+	if v := stat.Variance(all, nil); v > 0 {
+		return stat.Variance(dev, nil) / v
+	}
+	return 0
 }
 
 // riskedContexts copies the groups' contexts with each past NPC turn's
