@@ -23,7 +23,8 @@ import (
 // siblingFeature is how one of the players' rules (a boolean of
 // simulator.Assessment) splits the siblings of the referee's groups.
 type siblingFeature struct {
-	// Share is the share of sibling turns with the feature on.
+	// Share is the share of sibling turns with the feature on (0 for
+	// Words, the turn's word count).
 	Share float64 `json:"share"`
 	// Groups is how many groups have it on for some siblings and off for
 	// others; Tau is the mean τ-b of the feature against the hazard there.
@@ -55,8 +56,7 @@ func TestRefereeSiblings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pc := rl.DefaultPolicyConfig()
-	pol, err := rl.NewModelPolicy(serve(t, m, tok), tok, m.Config().MaxSeq, pc)
+	pol, err := rl.NewModelPolicy(serve(t, m, tok), tok, m.Config().MaxSeq, rl.DefaultPolicyConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
