@@ -160,6 +160,9 @@ type evaluator struct {
 	prompt npcPrompt
 	risks  []float64
 	logger *slog.Logger
+	// skipFidelity leaves the user agent's fidelity out of evaluate
+	// (SFTConfig.FidelityByGate).
+	skipFidelity bool
 }
 
 // Evaluate measures m on the held-out dialogues. demos holds the
@@ -202,11 +205,6 @@ func (ev evaluator) evaluate(ctx context.Context, m *inference.Model, tok *infer
 	}
 	met.PPL, met.Tokens = Perplexity(nll, n), n
 
-	eng, stop, err := startEngine(m, ev.prompt.format(tok), ev.cfg.ScoreBatch, ev.logger)
-	if err != nil {
-		return Metrics{}, fmt.Errorf("evaluate: %w", err)
-	}
-	defer stop()
 	var ref []string
 	if ev.role == RoleNPC {
 		for _, d := range heldOut {
@@ -214,7 +212,7 @@ func (ev evaluator) evaluate(ctx context.Context, m *inference.Model, tok *infer
 				ref = append(ref, x.NPC)
 			}
 		}
-		gen, err := ev.npcReplies(ctx, eng, tok, heldOut)
+		gen, err := ev.npcReplies(ctx, m, tok, heldOut)
 		if err != nil {
 			return Metrics{}, fmt.Errorf("evaluate: %w", err)
 		}
@@ -225,8 +223,10 @@ func (ev evaluator) evaluate(ctx context.Context, m *inference.Model, tok *infer
 				ref = append(ref, x.User)
 			}
 		}
-		if err := ev.userFidelity(ctx, eng, heldOut, demos, &met); err != nil {
-			return Metrics{}, fmt.Errorf("evaluate: %w", err)
+		if !ev.skipFidelity {
+			if err := ev.userFidelity(ctx, m, tok, heldOut, demos, &met); err != nil {
+				return Metrics{}, fmt.Errorf("evaluate: %w", err)
+			}
 		}
 	}
 	met.RealDist1, met.RealDist2, met.RealAvgWords = Distinct(ref, 1), Distinct(ref, 2), AvgWords(ref)
@@ -239,13 +239,8 @@ func (ev evaluator) evaluate(ctx context.Context, m *inference.Model, tok *infer
 // reference turns.
 func (ev evaluator) fidelity(ctx context.Context, m *inference.Model, tok *inference.Tokenizer, heldOut []schema.Dialogue, demos map[string][]schema.Dialogue) (Metrics, error) {
 	heldOut = heldOut[:min(len(heldOut), ev.cfg.MaxDialogues)]
-	eng, stop, err := startEngine(m, ev.prompt.format(tok), ev.cfg.ScoreBatch, ev.logger)
-	if err != nil {
-		return Metrics{}, fmt.Errorf("fidelity: %w", err)
-	}
-	defer stop()
 	met := Metrics{Dialogues: len(heldOut)}
-	if err := ev.userFidelity(ctx, eng, heldOut, demos, &met); err != nil {
+	if err := ev.userFidelity(ctx, m, tok, heldOut, demos, &met); err != nil {
 		return Metrics{}, fmt.Errorf("fidelity: %w", err)
 	}
 	return met, nil
@@ -302,7 +297,12 @@ func sumNLL(m *inference.Model, insts []instance, batch int) (float64, int, erro
 
 // npcReplies generates NPC turns for held-out prefixes (the real dialogue
 // up to a user turn), at most MaxReplies, all queued at once.
-func (ev evaluator) npcReplies(ctx context.Context, eng *inference.Engine, tok *inference.Tokenizer, heldOut []schema.Dialogue) ([]string, error) {
+func (ev evaluator) npcReplies(ctx context.Context, m *inference.Model, tok *inference.Tokenizer, heldOut []schema.Dialogue) ([]string, error) {
+	eng, stop, err := startEngine(m, ev.prompt.format(tok), ev.cfg.ScoreBatch, ev.logger)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
 	var prompts [][]int
 	for _, d := range heldOut {
 		for k := range d.Exchanges {
@@ -367,7 +367,12 @@ func generateAll(ctx context.Context, eng *inference.Engine, prompts [][]int, cf
 // whose length the player decided (player_ended, idle_timeout) or the cap
 // (max_turns). The replies the agent generates feed Dist-n and words per
 // turn.
-func (ev evaluator) userFidelity(ctx context.Context, eng *inference.Engine, heldOut []schema.Dialogue, demos map[string][]schema.Dialogue, met *Metrics) error {
+func (ev evaluator) userFidelity(ctx context.Context, m *inference.Model, tok *inference.Tokenizer, heldOut []schema.Dialogue, demos map[string][]schema.Dialogue, met *Metrics) error {
+	eng, stop, err := startEngine(m, ev.prompt.format(tok), ev.cfg.ScoreBatch, ev.logger)
+	if err != nil {
+		return err
+	}
+	defer stop()
 	uacfg := ev.ua
 	uacfg.Sampling.MaxTokens = ev.cfg.ReplyTokens
 	ua, err := simulator.NewUserAgent(eng, uacfg)

@@ -341,7 +341,7 @@ func (r *refresher) refresh(ctx context.Context) (*SFTResult, error) {
 	var found gateFindings
 	cfg.Gate = r.gate(parent, window, &found)
 	cfg.RunID = fmt.Sprintf("refresh-%s-%06d", cfg.Model, r.state.Refreshes+1)
-	cfg.SkipEvalBefore = true // the gate measures the current agent as served
+	cfg.SkipEvalBefore, cfg.FidelityByGate = true, true // the gate measures both agents as served
 	r.logger.Info("user-agent refresh", "parent", parent, "new_sessions", upTo-r.state.TrainedUpTo, "replay", k)
 	res, err := TrainSFT(ctx, cfg, window, r.logger)
 	if errors.Is(err, ErrRunMismatch) {
@@ -538,8 +538,8 @@ func (r *refresher) servedFidelity(ctx context.Context, parent string, m *infere
 }
 
 // servedMetrics are the manifest metrics of a refreshed agent beyond its
-// training run's: the calibration and the fidelity as served, which
-// replace the fidelity as trained.
+// training run's: the calibration and the fidelity as served, which the
+// run itself leaves out (SFTConfig.FidelityByGate).
 func servedMetrics(cal *refreshCalibration, served Metrics) map[string]float64 {
 	out := cal.metrics()
 	if out == nil {
@@ -547,7 +547,7 @@ func servedMetrics(cal *refreshCalibration, served Metrics) map[string]float64 {
 	}
 	for k, v := range served.Map() {
 		switch k {
-		case "rho", "term_log_loss", "end_log_loss", "avg_l", "real_avg_l", "avg_r":
+		case "rho", "term_log_loss", "end_log_loss", "avg_l", "real_avg_l", "avg_r", "dist1", "dist2", "avg_words":
 			out[k] = v
 		}
 	}

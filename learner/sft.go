@@ -102,6 +102,12 @@ type SFTConfig struct {
 	// SkipEvalBefore leaves out the first one.
 	Eval           EvalConfig `json:"eval"`
 	SkipEvalBefore bool       `json:"skip_eval_before"`
+	// FidelityByGate (RoleUser) leaves the user agent's fidelity (ρ,
+	// log-losses, Avg.L, its replies' Dist-n) out of those evaluations,
+	// for a Gate that measures it as the agent will be served: the
+	// refresh calibrates the agent first, so its fidelity as trained
+	// would be measured for nothing.
+	FidelityByGate bool `json:"-"`
 	// Gate, when set, decides from the metrics before and after training
 	// and from the trained model whether the model is published (and with
 	// which metrics besides the evaluation's); its error fails the run
@@ -280,7 +286,7 @@ func TrainSFT(ctx context.Context, cfg SFTConfig, dialogues []schema.Dialogue, l
 	}
 	fp := fingerprint(cfg, tc, steps, insts)
 
-	ev := evaluator{role: cfg.Role, cfg: cfg.Eval, ua: cfg.UserAgent, prompt: prompt, risks: risks, logger: logger}
+	ev := evaluator{role: cfg.Role, cfg: cfg.Eval, ua: cfg.UserAgent, prompt: prompt, risks: risks, logger: logger, skipFidelity: cfg.FidelityByGate}
 	demos := byPlayer(heldOut)
 	if !cfg.SkipEvalBefore && ckpt == nil {
 		if res.Before, err = ev.evaluate(ctx, m, tok, heldOut, demos); err != nil {
@@ -300,7 +306,11 @@ func TrainSFT(ctx context.Context, cfg SFTConfig, dialogues []schema.Dialogue, l
 	if res.After, err = ev.evaluate(ctx, m, tok, heldOut, demos); err != nil {
 		return nil, fmt.Errorf("train sft: evaluate the trained model: %w", err)
 	}
-	logger.Info("sft: trained model evaluated", "role", cfg.Role, "ppl", res.After.PPL, "rho", res.After.Rho, "term_log_loss", res.After.TermLogLoss)
+	attrs := []any{"role", cfg.Role, "ppl", res.After.PPL}
+	if cfg.Role == RoleUser && !cfg.FidelityByGate {
+		attrs = append(attrs, "rho", res.After.Rho, "term_log_loss", res.After.TermLogLoss)
+	}
+	logger.Info("sft: trained model evaluated", attrs...)
 	res.TrainedModel, res.Tokenizer = m, tok
 
 	publish := cfg.Registry != ""
