@@ -335,19 +335,15 @@ func (s *RefereeSample) Judge(ctx context.Context, policy Policy, ua Environment
 	if err != nil {
 		return rep, fmt.Errorf("judge: %w", err)
 	}
-	var taus, allP, allH, devP, devH, meanP, meanH []float64
-	for g, grp := range s.Groups {
-		if tau, ok := KendallTauB(ps[g], grp.Hazards); ok {
+	hs := s.hazards()
+	var taus []float64
+	for g := range hs {
+		if tau, ok := KendallTauB(ps[g], hs[g]); ok {
 			taus = append(taus, tau)
 		}
-		allP = append(allP, ps[g]...)
-		allH = append(allH, grp.Hazards...)
-		mp, mh := stat.Mean(ps[g], nil), stat.Mean(grp.Hazards, nil)
-		meanP, meanH = append(meanP, mp), append(meanH, mh)
-		for i := range ps[g] {
-			devP, devH = append(devP, ps[g][i]-mp), append(devH, grp.Hazards[i]-mh)
-		}
 	}
+	allP, devP, meanP := splitGroups(ps)
+	allH, devH, meanH := splitGroups(hs)
 	rep.Turns, rep.RankedGroups = len(allP), len(taus)
 	if len(taus) > 0 {
 		rep.KendallTau = stat.Mean(taus, nil)
@@ -371,7 +367,7 @@ func (s *RefereeSample) Judge(ctx context.Context, policy Policy, ua Environment
 		}
 	}
 	rep.Pearson, rep.PearsonWithin, rep.PearsonBetween = correlation(allP, allH), correlation(devP, devH), correlation(meanP, meanH)
-	rep.HazardWithinShare = s.HazardWithinShare()
+	rep.HazardWithinShare = withinShare(allH, devH)
 	sim, err := Evaluate(ctx, policy, ua, s.Openings, s.cfg.Depth, 0)
 	if err != nil {
 		return rep, fmt.Errorf("judge: simulated dialogues: %w", err)
@@ -386,13 +382,35 @@ func (s *RefereeSample) Judge(ctx context.Context, policy Policy, ua Environment
 // HazardWithinShare is the share of the hidden hazard's variance over
 // every sibling turn that lies within the groups (RefereeReport).
 func (s *RefereeSample) HazardWithinShare() float64 {
-	var all, dev []float64
-	for _, g := range s.Groups {
-		m := stat.Mean(g.Hazards, nil)
-		for _, h := range g.Hazards {
-			all, dev = append(all, h), append(dev, h-m)
+	all, dev, _ := splitGroups(s.hazards())
+	return withinShare(all, dev)
+}
+
+// hazards are the groups' hidden hazards, group by group.
+func (s *RefereeSample) hazards() [][]float64 {
+	hs := make([][]float64, len(s.Groups))
+	for g, grp := range s.Groups {
+		hs[g] = grp.Hazards
+	}
+	return hs
+}
+
+// splitGroups returns every value of the groups, each one's deviation from
+// its group's mean, and the group means.
+func splitGroups(groups [][]float64) (all, dev, means []float64) {
+	for _, g := range groups {
+		m := stat.Mean(g, nil)
+		means = append(means, m)
+		for _, v := range g {
+			all, dev = append(all, v), append(dev, v-m)
 		}
 	}
+	return all, dev, means
+}
+
+// withinShare is the share of all's variance that dev, the deviations
+// from the group means, keeps; 0 when all does not vary.
+func withinShare(all, dev []float64) float64 {
 	if v := stat.Variance(all, nil); v > 0 {
 		return stat.Variance(dev, nil) / v
 	}
