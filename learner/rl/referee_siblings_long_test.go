@@ -6,11 +6,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"reflect"
 	"strconv"
 	"strings"
 	"testing"
+	"unicode"
 
 	"gonum.org/v1/gonum/stat"
 
@@ -36,7 +38,12 @@ type siblingFeature struct {
 // differ by for the players (docs/experiments/README.md, "What the
 // first-start referee cannot see"): it samples the referee's groups as
 // SampleReferee does, prints the share of the hidden hazard's variance
-// within them, and replays every sibling through the players' rules.
+// within them, and replays every sibling through the players' rules. The
+// Sees* features are what a user agent that knew every topic's words
+// could read from the context alone: whether the sibling names a topic
+// the player has named in the dialogue (SeesNamedTopic), one of their
+// last message (SeesLastTopic), or only topics they have not named
+// (SeesOnlyUnnamed).
 // PARLEY_SIBLINGS_NPC is the NPC checkpoint; PARLEY_SIBLINGS_PLAYERS and
 // _SEED the population (500 and 1, the loop's); _HELD_OUT=1 keeps the
 // held-out personas alone; _CARD=experiment prompts with the experiment's
@@ -82,12 +89,46 @@ func TestRefereeSiblings(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	topicOf := map[string]int{}
+	for i, tp := range popCfg.Topics {
+		for _, w := range tp.Words {
+			topicOf[w] = i
+		}
+	}
+	topics := func(text string) map[int]bool {
+		out := map[int]bool{}
+		for _, w := range strings.FieldsFunc(strings.ToLower(text), func(r rune) bool { return !unicode.IsLetter(r) }) {
+			if t, ok := topicOf[w]; ok {
+				out[t] = true
+			}
+		}
+		return out
+	}
 	turns, on := 0, map[string]int{}
 	features := map[string]*siblingFeature{}
 	for _, g := range sample.Groups {
 		p, _ := pop.Player(g.State.Prompt.PlayerID)
+		// What the context shows: the topics the player has named, and
+		// those of their last message.
+		named, last := topics(g.State.Prompt.Opening), topics(g.State.Prompt.Opening)
+		for _, x := range g.State.History {
+			if l := topics(x.User); len(l) > 0 {
+				last = l
+				maps.Copy(named, l)
+			}
+		}
 		values := map[string][]float64{}
 		for _, text := range g.Turns {
+			hits := topics(text)
+			var seen, lastHit bool
+			for t := range hits {
+				seen, lastHit = seen || named[t], lastHit || last[t]
+			}
+			visible := map[string]bool{"SeesNamedTopic": seen, "SeesLastTopic": lastHit, "SeesOnlyUnnamed": len(hits) > 0 && !seen}
+			for name, v := range visible {
+				values[name] = append(values[name], float64(boolInt(v)))
+				on[name] += boolInt(v)
+			}
 			conv := p.Start(g.State.Prompt.Seed)
 			for _, x := range g.State.History {
 				conv.Respond(x.NPC)
