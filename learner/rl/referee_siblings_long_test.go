@@ -110,7 +110,8 @@ func TestRefereeSiblings(t *testing.T) {
 		p, _ := pop.Player(g.State.Prompt.PlayerID)
 		// What the context shows: the topics the player has named, and
 		// those of their last message.
-		named, last := topics(g.State.Prompt.Opening), topics(g.State.Prompt.Opening)
+		last := topics(g.State.Prompt.Opening)
+		named := maps.Clone(last)
 		for _, x := range g.State.History {
 			if l := topics(x.User); len(l) > 0 {
 				last = l
