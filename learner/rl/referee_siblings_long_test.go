@@ -118,6 +118,11 @@ func TestRefereeSiblings(t *testing.T) {
 				maps.Copy(named, l)
 			}
 		}
+		// Assess leaves the conversation as it is: one replay serves every sibling.
+		conv := p.Start(g.State.Prompt.Seed)
+		for _, x := range g.State.History {
+			conv.Respond(x.NPC)
+		}
 		values := map[string][]float64{}
 		for _, text := range g.Turns {
 			hits := topics(text)
@@ -129,10 +134,6 @@ func TestRefereeSiblings(t *testing.T) {
 			for name, v := range visible {
 				values[name] = append(values[name], float64(boolInt(v)))
 				on[name] += boolInt(v)
-			}
-			conv := p.Start(g.State.Prompt.Seed)
-			for _, x := range g.State.History {
-				conv.Respond(x.NPC)
 			}
 			a := reflect.ValueOf(conv.Assess(text))
 			for i := range a.NumField() {
