@@ -38,6 +38,9 @@ type UserAgentConfig struct {
 	// Calibration maps the model's termination logit to P_T; the zero
 	// value leaves it as the model gives it (FitCalibration).
 	Calibration Calibration `json:"calibration"`
+	// WordTopics, from the served version (LoadWordTopics), let the
+	// calibration read an NPC turn's relevance; nil reads none.
+	WordTopics *WordTopics `json:"-"`
 }
 
 // DefaultUserAgentConfig returns the paper's defaults: λ = 0.02 every 10
@@ -331,7 +334,7 @@ func (u *UserAgent) terminations(ctx context.Context, step int, queries []UserAg
 	for i := range scores {
 		sc := &scores[i]
 		sc.Logit = lps[2*i] - lps[2*i+1]
-		sc.PT = u.cfg.Calibration.TerminationShare(sc.Logit)
+		sc.PT = u.cfg.Calibration.TerminationShare(sc.Logit, u.cfg.WordTopics.featuresOf(queries[i].Current))
 		sc.P = EndProbability(sc.PT, alpha)
 	}
 	return scores, prompts, nil

@@ -5,43 +5,65 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
+
+	"gonum.org/v1/gonum/optimize"
 
 	"github.com/parleyhq/parley/schema"
 )
 
 // Calibration maps the user agent's termination logit
-// z = log P([Terminate]) − log P([Continue]) to P_T = σ(Scale·z + Offset):
-// a temperature and an offset fitted on logged sessions (FitCalibration),
-// so that the simulated players quit as often as the real ones. A zero
-// Scale counts as 1: the zero Calibration is P_T = σ(z), the model as it is.
+// z = log P([Terminate]) − log P([Continue]) of an NPC turn with features f
+// to P_T = σ(Scale·z + Offset + Early[f.Turn−1] + OnLast·f.OnLast +
+// OffTopic·f.OffTopic): a temperature and an offset fitted on logged
+// sessions (FitCalibration), so that the simulated players quit as often
+// as the real ones, and, where the agent has word topics, the first three
+// turns' own offsets and the weights of the turn's relevance to the player.
+// A zero Scale counts as 1: the zero Calibration is P_T = σ(z), the model
+// as it is.
 type Calibration struct {
-	Scale  float64 `json:"scale,omitempty"`
-	Offset float64 `json:"offset,omitempty"`
+	Scale    float64    `json:"scale,omitempty"`
+	Offset   float64    `json:"offset,omitempty"`
+	Early    [3]float64 `json:"early"`
+	OnLast   float64    `json:"on_last,omitempty"`
+	OffTopic float64    `json:"off_topic,omitempty"`
 }
 
-// Validate rejects a negative or non-finite scale and a non-finite offset.
+// Validate rejects a negative or non-finite scale and a non-finite offset
+// or weight.
 func (c Calibration) Validate() error {
-	if c.Scale < 0 || math.IsNaN(c.Scale) || math.IsInf(c.Scale, 0) || math.IsNaN(c.Offset) || math.IsInf(c.Offset, 0) {
-		return fmt.Errorf("user agent calibration: scale %g must be finite and not negative, offset %g finite", c.Scale, c.Offset)
+	finite := func(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+	ok := c.Scale >= 0 && finite(c.Scale) && finite(c.Offset) && finite(c.OnLast) && finite(c.OffTopic)
+	for _, e := range c.Early {
+		ok = ok && finite(e)
+	}
+	if !ok {
+		return fmt.Errorf("user agent calibration: scale %g must be finite and not negative, offsets %g %v and weights %g, %g finite",
+			c.Scale, c.Offset, c.Early, c.OnLast, c.OffTopic)
 	}
 	return nil
 }
 
-// TerminationShare is P_T = σ(Scale·z + Offset) for the raw logit z.
-func (c Calibration) TerminationShare(logit float64) float64 {
+// TerminationShare is P_T for the raw logit z of an NPC turn with features f.
+func (c Calibration) TerminationShare(logit float64, f TurnFeatures) float64 {
 	scale := c.Scale
 	if scale == 0 {
 		scale = 1
 	}
-	return 1 / (1 + math.Exp(-(scale*logit + c.Offset)))
+	x := scale*logit + c.Offset + c.OnLast*f.OnLast + c.OffTopic*f.OffTopic
+	if f.Turn >= 1 && f.Turn <= len(c.Early) {
+		x += c.Early[f.Turn-1]
+	}
+	return 1 / (1 + math.Exp(-x))
 }
 
 // Decision is one observed continue-or-quit decision of a player: the user
-// agent's raw termination logit after an NPC turn and whether the player
-// ended the session right after it.
+// agent's raw termination logit after an NPC turn, the turn's features and
+// whether the player ended the session right after it.
 type Decision struct {
-	Logit float64
-	Quit  bool
+	Logit    float64
+	Features TurnFeatures
+	Quit     bool
 }
 
 // DecisionQueries returns a query for every NPC turn of d after which the
@@ -65,17 +87,25 @@ func DecisionQueries(d schema.Dialogue, demos []PromptDialogue, risks []float64)
 	return queries, quit
 }
 
+// RelevancePrior is the spread of the normal prior on the calibration's
+// early-turn offsets and relevance weights (FitCalibration).
+const RelevancePrior = 2.0
+
 // FitCalibration returns the Calibration under which the end probability
 // p = min(2·P_T, 1) at α = 1 gives the observed decisions the highest
 // likelihood: a grid over Scale in [0.1, 3] and Offset in [−6, 6], then a
-// finer grid around the best point. It needs at least one quit and one
-// continue.
+// finer grid around the best point; when the decisions carry relevance,
+// Nelder–Mead from there fits all seven values together, within the grid's
+// bounds and with RelevancePrior on the early offsets and the weights, so
+// that what differs by turn does not go to the weights. It needs at least
+// one quit and one continue.
 func FitCalibration(ds []Decision) (Calibration, error) {
-	quits := 0
+	quits, relevant := 0, false
 	for _, d := range ds {
 		if d.Quit {
 			quits++
 		}
+		relevant = relevant || d.Features.OnLast != 0 || d.Features.OffTopic != 0
 	}
 	if quits == 0 || quits == len(ds) {
 		return Calibration{}, errors.New("fit calibration: need both quits and continues")
@@ -84,7 +114,7 @@ func FitCalibration(ds []Decision) (Calibration, error) {
 		const eps = 1e-6
 		sum := 0.0
 		for _, d := range ds {
-			p := math.Min(math.Max(EndProbability(c.TerminationShare(d.Logit), 1), eps), 1-eps)
+			p := math.Min(math.Max(EndProbability(c.TerminationShare(d.Logit, d.Features), 1), eps), 1-eps)
 			if d.Quit {
 				sum += math.Log(p)
 			} else {
@@ -106,6 +136,31 @@ func FitCalibration(ds []Decision) (Calibration, error) {
 	}
 	search(0.1, 3, 0.1, -6, 6, 0.2)
 	search(max(best.Scale-0.1, 0.01), best.Scale+0.1, 0.01, best.Offset-0.2, best.Offset+0.2, 0.02)
+	if !relevant {
+		return best, nil
+	}
+	// The grid's bounds hold, and a normal prior of spread RelevancePrior
+	// on the weights keeps a few decisions from driving them apart.
+	of := func(x []float64) Calibration {
+		return Calibration{Scale: min(max(math.Abs(x[0]), 0.01), 3), Offset: min(max(x[1], -6), 6),
+			Early: [3]float64{x[2], x[3], x[4]}, OnLast: x[5], OffTopic: x[6]}
+	}
+	objective := func(c Calibration) float64 {
+		sq := c.OnLast*c.OnLast + c.OffTopic*c.OffTopic
+		for _, e := range c.Early {
+			sq += e * e
+		}
+		return -logLik(c) + sq/(2*RelevancePrior*RelevancePrior)
+	}
+	start := []float64{best.Scale, best.Offset}
+	res, err := optimize.Minimize(optimize.Problem{Func: func(x []float64) float64 { return objective(of(x)) }},
+		append(start, make([]float64, 5)...), &optimize.Settings{FuncEvaluations: 4000}, &optimize.NelderMead{})
+	if err != nil && res == nil {
+		return Calibration{}, fmt.Errorf("fit calibration: %w", err)
+	}
+	if c := of(res.X); objective(c) < -bestLL {
+		best = c
+	}
 	return best, nil
 }
 
@@ -126,7 +181,7 @@ func (u *UserAgent) FitCalibrationOn(ctx context.Context, sessions []schema.Dial
 			return Calibration{}, 0, fmt.Errorf("fit calibration on %s: %w", s.SessionID, err)
 		}
 		for i, sc := range scores {
-			ds = append(ds, Decision{Logit: sc.Logit, Quit: quit[i]})
+			ds = append(ds, Decision{Logit: sc.Logit, Features: u.cfg.WordTopics.featuresOf(qs[i].Current), Quit: quit[i]})
 		}
 	}
 	c, err := FitCalibration(ds)
@@ -140,19 +195,36 @@ const (
 	MetricCalibrationScale     = "calibration_scale"
 	MetricCalibrationOffset    = "calibration_offset"
 	MetricCalibrationDecisions = "calibration_decisions"
+	MetricCalibrationOnLast    = "calibration_on_last"
+	MetricCalibrationOffTopic  = "calibration_off_topic"
+	// MetricCalibrationEarly + "1" … "3" carry Calibration.Early.
+	MetricCalibrationEarly = "calibration_early_"
 )
 
-// ForVersion returns c with the calibration that a user agent version's
-// manifest carries (MetricCalibrationScale, MetricCalibrationOffset), so
+// ForVersion returns c with the calibration that the user agent version in
+// dir carries in its manifest man (MetricCalibrationScale …
+// MetricCalibrationOffTopic) and its word topics (WordTopicsFile), so
 // whoever serves the version gets its P_T calibrated; c as it is when the
-// version carries none.
-func (c UserAgentConfig) ForVersion(man schema.Manifest) UserAgentConfig {
+// version carries none. An empty dir reads the manifest's metrics alone.
+func (c UserAgentConfig) ForVersion(dir string, man schema.Manifest) (UserAgentConfig, error) {
 	scale, ok := man.Metrics[MetricCalibrationScale]
 	if !ok {
-		return c
+		return c, nil
 	}
-	c.Calibration = Calibration{Scale: scale, Offset: man.Metrics[MetricCalibrationOffset]}
-	return c
+	c.Calibration = Calibration{Scale: scale, Offset: man.Metrics[MetricCalibrationOffset],
+		OnLast: man.Metrics[MetricCalibrationOnLast], OffTopic: man.Metrics[MetricCalibrationOffTopic]}
+	for i := range c.Calibration.Early {
+		c.Calibration.Early[i] = man.Metrics[MetricCalibrationEarly+strconv.Itoa(i+1)]
+	}
+	if dir == "" {
+		return c, nil
+	}
+	topics, err := LoadWordTopics(dir, man)
+	if err != nil {
+		return UserAgentConfig{}, err
+	}
+	c.WordTopics = topics
+	return c, nil
 }
 
 // WithCalibration returns a user agent on the same engine whose P_T goes

@@ -11,7 +11,7 @@ import (
 
 func TestCalibrationZeroIsTheModel(t *testing.T) {
 	for _, z := range []float64{-3, -0.5, 0, 1.2} {
-		if got, want := (Calibration{}).TerminationShare(z), TerminationShare(z, 0); math.Abs(got-want) > 1e-15 {
+		if got, want := (Calibration{}).TerminationShare(z, TurnFeatures{}), TerminationShare(z, 0); math.Abs(got-want) > 1e-15 {
 			t.Errorf("zero calibration at logit %g: %g; want σ(z) = %g", z, got, want)
 		}
 	}
@@ -63,12 +63,14 @@ func TestFitCalibrationMovesSimulatedLengthToReal(t *testing.T) {
 		return l
 	}
 	real := expLen(func(x turn) float64 { return x.h })
-	before := expLen(func(x turn) float64 { return EndProbability(Calibration{}.TerminationShare(x.logit), 1) })
+	before := expLen(func(x turn) float64 {
+		return EndProbability(Calibration{}.TerminationShare(x.logit, TurnFeatures{}), 1)
+	})
 	c, err := FitCalibration(ds)
 	if err != nil {
 		t.Fatal(err)
 	}
-	after := expLen(func(x turn) float64 { return EndProbability(c.TerminationShare(x.logit), 1) })
+	after := expLen(func(x turn) float64 { return EndProbability(c.TerminationShare(x.logit, TurnFeatures{}), 1) })
 	t.Logf("calibration %+v: simulated/real expected length %.3f before, %.3f after", c, before/real, after/real)
 	if math.Abs(after/real-1) > 0.05 || math.Abs(after/real-1) >= math.Abs(before/real-1) {
 		t.Errorf("simulated/real %.3f before and %.3f after calibration %+v; want within 5 %% of 1 and closer", before/real, after/real, c)
@@ -106,10 +108,10 @@ func TestUserAgentConfigForVersion(t *testing.T) {
 	base := DefaultUserAgentConfig()
 	base.Calibration = Calibration{Scale: 2}
 	fitted := schema.Manifest{Metrics: map[string]float64{"rho": 0.4, MetricCalibrationScale: 0.7, MetricCalibrationOffset: -1.5, MetricCalibrationDecisions: 120}}
-	if got := base.ForVersion(fitted).Calibration; got != (Calibration{Scale: 0.7, Offset: -1.5}) {
-		t.Errorf("ForVersion(fitted).Calibration = %+v; want {0.7 -1.5}", got)
+	if got, err := base.ForVersion("", fitted); err != nil || got.Calibration != (Calibration{Scale: 0.7, Offset: -1.5}) {
+		t.Errorf("ForVersion(fitted).Calibration = %+v (err %v); want {0.7 -1.5}", got.Calibration, err)
 	}
-	if got := base.ForVersion(schema.Manifest{Metrics: map[string]float64{"rho": 0.4}}).Calibration; got != base.Calibration {
-		t.Errorf("ForVersion(uncalibrated).Calibration = %+v; want the config's %+v", got, base.Calibration)
+	if got, err := base.ForVersion("", schema.Manifest{Metrics: map[string]float64{"rho": 0.4}}); err != nil || got.Calibration != base.Calibration {
+		t.Errorf("ForVersion(uncalibrated).Calibration = %+v (err %v); want the config's %+v", got.Calibration, err, base.Calibration)
 	}
 }

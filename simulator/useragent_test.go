@@ -261,7 +261,7 @@ func TestUserAgentStep(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, sc := range recal {
-		if want := cal.TerminationShare(scores[i].Logit); sc.Logit != scores[i].Logit || math.Abs(sc.PT-want) > 1e-12 {
+		if want := cal.TerminationShare(scores[i].Logit, TurnFeatures{}); sc.Logit != scores[i].Logit || math.Abs(sc.PT-want) > 1e-12 {
 			t.Errorf("query %d calibrated: logit %g, P_T %g; want logit %g, P_T %g", i, sc.Logit, sc.PT, scores[i].Logit, want)
 		}
 	}

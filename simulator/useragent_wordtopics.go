@@ -1,0 +1,300 @@
+package simulator
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/parleyhq/parley/schema"
+)
+
+// WordTopicsFile is the file of a user agent version that holds the
+// WordTopics its calibration reads.
+const WordTopicsFile = "word_topics.json"
+
+// WordTopics groups the content words of players' messages into topics,
+// learned without labels from which words players use together
+// (LearnWordTopics). The calibration reads an NPC turn's relevance to the
+// player through them (TurnFeatures, Calibration.OnLast and OffTopic):
+// what the user agent's transformer does not learn to read at this size.
+type WordTopics struct {
+	Words map[string]int `json:"words"`
+}
+
+// WordTopicsConfig sizes LearnWordTopics: Topics clusters of word vectors
+// with Dims dimensions, over the words in at least MinMessages messages and
+// at most MaxShare of them (more common words are function words).
+type WordTopicsConfig struct {
+	Topics      int     `json:"topics"`
+	Dims        int     `json:"dims"`
+	MinMessages int     `json:"min_messages"`
+	MaxShare    float64 `json:"max_share"`
+	Seed        uint64  `json:"seed"`
+}
+
+// DefaultWordTopicsConfig: 16 topics of 20-dimensional vectors over the
+// words in 5 messages or more and at most 5 % of them.
+func DefaultWordTopicsConfig() WordTopicsConfig {
+	return WordTopicsConfig{Topics: 16, Dims: 20, MinMessages: 5, MaxShare: 0.05, Seed: 1}
+}
+
+// Validate rejects sizes that learn nothing.
+func (c WordTopicsConfig) Validate() error {
+	if c.Topics < 2 || c.Dims < 1 || c.MinMessages < 1 || c.MaxShare <= 0 || c.MaxShare > 1 {
+		return fmt.Errorf("word topics: %d topics (≥ 2), %d dims (≥ 1), min %d messages (≥ 1), max share %g (in (0, 1])",
+			c.Topics, c.Dims, c.MinMessages, c.MaxShare)
+	}
+	return nil
+}
+
+// LearnWordTopics learns WordTopics from players' messages: the positive
+// pointwise mutual information of two words appearing in one message, its
+// rank-Dims factorisation (SVD) as word vectors, and spherical k-means of
+// the vectors into Topics clusters from a seeded start. It fails when fewer
+// words than topics qualify.
+func LearnWordTopics(messages []string, cfg WordTopicsConfig) (*WordTopics, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	sets := make([]map[string]bool, len(messages))
+	df := map[string]int{}
+	for i, m := range messages {
+		sets[i] = map[string]bool{}
+		for _, w := range words(m) {
+			if !sets[i][w] {
+				sets[i][w] = true
+				df[w]++
+			}
+		}
+	}
+	index := map[string]int{}
+	var vocab []string
+	for w, n := range df {
+		if n >= cfg.MinMessages && float64(n) <= cfg.MaxShare*float64(len(messages)) {
+			vocab = append(vocab, w)
+		}
+	}
+	if len(vocab) < max(cfg.Topics, cfg.Dims) {
+		return nil, fmt.Errorf("learn word topics: %d words qualify in %d messages; need %d", len(vocab), len(messages), max(cfg.Topics, cfg.Dims))
+	}
+	slices.Sort(vocab)
+	for i, w := range vocab {
+		index[w] = i
+	}
+	V := len(vocab)
+	counts := mat.NewDense(V, V, nil)
+	row := make([]float64, V)
+	var total float64
+	for _, s := range sets {
+		var ids []int
+		for w := range s {
+			if i, ok := index[w]; ok {
+				ids = append(ids, i)
+			}
+		}
+		for _, a := range ids {
+			for _, b := range ids {
+				if a != b {
+					counts.Set(a, b, counts.At(a, b)+1)
+					row[a]++
+					total++
+				}
+			}
+		}
+	}
+	if total == 0 {
+		return nil, errors.New("learn word topics: no two qualifying words share a message")
+	}
+	for a := range V {
+		for b := range V {
+			c := counts.At(a, b)
+			pmi := 0.0
+			if c > 0 {
+				pmi = max(math.Log(c*total/(row[a]*row[b])), 0)
+			}
+			counts.Set(a, b, pmi)
+		}
+	}
+	var svd mat.SVD
+	if !svd.Factorize(counts, mat.SVDThin) {
+		return nil, errors.New("learn word topics: SVD did not converge")
+	}
+	var u mat.Dense
+	svd.UTo(&u)
+	sv := svd.Values(nil)
+	vecs := make([][]float64, V)
+	for a := range V {
+		v := make([]float64, cfg.Dims)
+		for k := range v {
+			v[k] = u.At(a, k) * math.Sqrt(sv[k])
+		}
+		vecs[a] = v
+	}
+	// Centre the vectors so that what all words share does not dominate.
+	mean := make([]float64, cfg.Dims)
+	for _, v := range vecs {
+		for k, x := range v {
+			mean[k] += x / float64(V)
+		}
+	}
+	for _, v := range vecs {
+		for k := range v {
+			v[k] -= mean[k]
+		}
+		normalize(v)
+	}
+	assign := sphericalKMeans(vecs, cfg.Topics, cfg.Seed)
+	t := &WordTopics{Words: make(map[string]int, V)}
+	for i, w := range vocab {
+		t.Words[w] = assign[i]
+	}
+	return t, nil
+}
+
+// sphericalKMeans clusters unit vectors by cosine into k clusters, starting
+// from k distinct vectors drawn with seed, for at most 100 rounds.
+func sphericalKMeans(vecs [][]float64, k int, seed uint64) []int {
+	rng := rand.New(rand.NewPCG(seed, 0x70b1c5))
+	centres := make([][]float64, k)
+	for c, i := range rng.Perm(len(vecs))[:k] {
+		centres[c] = append([]float64(nil), vecs[i]...)
+	}
+	assign := make([]int, len(vecs))
+	for round := range 100 {
+		moved := false
+		for i, v := range vecs {
+			best, bc := math.Inf(-1), 0
+			for c, m := range centres {
+				if d := dot(v, m); d > best {
+					best, bc = d, c
+				}
+			}
+			if round == 0 || assign[i] != bc {
+				assign[i], moved = bc, true
+			}
+		}
+		if !moved {
+			break
+		}
+		for c := range centres {
+			clear(centres[c])
+		}
+		for i, v := range vecs {
+			for j, x := range v {
+				centres[assign[i]][j] += x
+			}
+		}
+		for c := range centres {
+			if !normalize(centres[c]) {
+				centres[c] = append(centres[c][:0], vecs[rng.IntN(len(vecs))]...)
+			}
+		}
+	}
+	return assign
+}
+
+func dot(a, b []float64) float64 {
+	s := 0.0
+	for i := range a {
+		s += a[i] * b[i]
+	}
+	return s
+}
+
+// normalize scales v to unit length; false when v is zero.
+func normalize(v []float64) bool {
+	n := math.Sqrt(dot(v, v))
+	if n == 0 {
+		return false
+	}
+	for i := range v {
+		v[i] /= n
+	}
+	return true
+}
+
+// topicsOf returns the topics of text's known words.
+func (t *WordTopics) topicsOf(text string) map[int]bool {
+	out := map[int]bool{}
+	for _, w := range words(text) {
+		if c, ok := t.Words[w]; ok {
+			out[c] = true
+		}
+	}
+	return out
+}
+
+// TurnFeatures are what the calibration reads of an NPC turn besides the
+// user agent's logit: Turn counts the player's messages so far; OnLast is
+// 1 when the turn names a topic of the player's last message, OffTopic 1
+// when it names topics and none of them the player has named.
+type TurnFeatures struct {
+	Turn             int
+	OnLast, OffTopic float64
+}
+
+// Features reads an NPC turn's features against the player's messages,
+// the last one last; nil t reads the turn alone.
+func (t *WordTopics) Features(player []string, npc string) TurnFeatures {
+	f := TurnFeatures{Turn: len(player)}
+	if t == nil || len(player) == 0 {
+		return f
+	}
+	turn := t.topicsOf(npc)
+	last := t.topicsOf(player[len(player)-1])
+	named := map[int]bool{}
+	for _, m := range player {
+		for c := range t.topicsOf(m) {
+			named[c] = true
+		}
+	}
+	off := len(turn) > 0
+	for c := range turn {
+		if last[c] {
+			f.OnLast = 1
+		}
+		if named[c] {
+			off = false
+		}
+	}
+	if off {
+		f.OffTopic = 1
+	}
+	return f
+}
+
+// featuresOf reads the features of the last NPC turn of d.
+func (t *WordTopics) featuresOf(d PromptDialogue) TurnFeatures {
+	player := make([]string, len(d.Exchanges))
+	for i, x := range d.Exchanges {
+		player[i] = x.User
+	}
+	if len(player) == 0 {
+		return TurnFeatures{}
+	}
+	return t.Features(player, d.Exchanges[len(d.Exchanges)-1].NPC)
+}
+
+// LoadWordTopics reads the WordTopics of the version in dir whose manifest
+// is man; nil when the version has none.
+func LoadWordTopics(dir string, man schema.Manifest) (*WordTopics, error) {
+	if _, ok := man.Files[WordTopicsFile]; !ok {
+		return nil, nil
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, WordTopicsFile))
+	if err != nil {
+		return nil, fmt.Errorf("load word topics: %w", err)
+	}
+	var t WordTopics
+	if err := json.Unmarshal(raw, &t); err != nil {
+		return nil, fmt.Errorf("load word topics: %s: %w", WordTopicsFile, err)
+	}
+	return &t, nil
+}
