@@ -191,7 +191,11 @@ func EvaluateModel(ctx context.Context, dir string, dialogues []schema.Dialogue,
 	if len(heldOut) == 0 {
 		return Metrics{}, fmt.Errorf("evaluate %q: no held-out players: %w", dir, errNoData)
 	}
-	ev := evaluator{role: opts.Role, cfg: opts.Eval, ua: opts.UserAgent.ForVersion(man),
+	ua, err := opts.UserAgent.ForVersion(dir, man)
+	if err != nil {
+		return Metrics{}, err
+	}
+	ev := evaluator{role: opts.Role, cfg: opts.Eval, ua: ua,
 		prompt: npcPrompt{cards: opts.NPCCards, defaultCard: opts.DefaultCard, chat: chat},
 		risks:  simulator.TrainingRisks(train, opts.MaxTurns), logger: logger}
 	return ev.evaluate(ctx, m, tok, heldOut, byPlayer(heldOut))

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -47,6 +48,10 @@ type RefreshConfig struct {
 	// held-out sessions on which a refreshed user agent's calibration is
 	// fitted; with fewer it keeps the zero calibration.
 	MinCalibrationDecisions int `json:"min_calibration_decisions"`
+	// WordTopics learns the topics of the training players' words, whose
+	// relevance the calibration weighs (simulator.LearnWordTopics); 0
+	// topics turns it off.
+	WordTopics simulator.WordTopicsConfig `json:"word_topics"`
 }
 
 // RefereeGateConfig configures the refresh's referee gate (issue 15): the
@@ -116,7 +121,7 @@ func DefaultRefreshConfig() RefreshConfig {
 	sft.Steps = 100
 	sft.Train.LearningRate = 3e-4
 	return RefreshConfig{EverySessions: 200, Every: time.Hour, MinSessions: 20, ReplayShare: 0.5, SFT: sft, Poll: 5 * time.Second,
-		Referee: DefaultRefereeGateConfig(), MinCalibrationDecisions: 100}
+		Referee: DefaultRefereeGateConfig(), MinCalibrationDecisions: 100, WordTopics: simulator.DefaultWordTopicsConfig()}
 }
 
 // Validate reports the first bad field.
@@ -136,6 +141,11 @@ func (c RefreshConfig) Validate() error {
 	}
 	if err := c.Referee.Validate(); err != nil {
 		return fmt.Errorf("refresh config: %w", err)
+	}
+	if c.WordTopics.Topics != 0 {
+		if err := c.WordTopics.Validate(); err != nil {
+			return fmt.Errorf("refresh config: %w", err)
+		}
 	}
 	return nil
 }
@@ -211,14 +221,21 @@ type refreshOutcome struct {
 
 // refreshCalibration is the calibration fitted to a refreshed user agent
 // (simulator.FitCalibration) on Decisions decisions of Sessions held-out
-// sessions; Fitted is false, and the calibration zero, when they were too
-// few or held no quit or no continue.
+// sessions, with the word topics learned from the training players'
+// messages (nil when off or too few words); Fitted is false, and the
+// calibration zero, when the decisions were too few or held no quit or no
+// continue.
 type refreshCalibration struct {
-	Fitted    bool    `json:"fitted"`
-	Scale     float64 `json:"scale"`
-	Offset    float64 `json:"offset"`
-	Decisions int     `json:"decisions"`
-	Sessions  int     `json:"sessions"`
+	Fitted    bool       `json:"fitted"`
+	Scale     float64    `json:"scale"`
+	Offset    float64    `json:"offset"`
+	Early     [3]float64 `json:"early"`
+	OnLast    float64    `json:"on_last"`
+	OffTopic  float64    `json:"off_topic"`
+	Decisions int        `json:"decisions"`
+	Sessions  int        `json:"sessions"`
+	Topics    int        `json:"topics"` // words in topics
+	topics    *simulator.WordTopics
 }
 
 // metrics are the manifest metrics that carry a fitted calibration with
@@ -228,8 +245,36 @@ func (c *refreshCalibration) metrics() map[string]float64 {
 	if c == nil || !c.Fitted {
 		return nil
 	}
-	return map[string]float64{simulator.MetricCalibrationScale: c.Scale, simulator.MetricCalibrationOffset: c.Offset,
+	out := map[string]float64{simulator.MetricCalibrationScale: c.Scale, simulator.MetricCalibrationOffset: c.Offset,
+		simulator.MetricCalibrationOnLast: c.OnLast, simulator.MetricCalibrationOffTopic: c.OffTopic,
 		simulator.MetricCalibrationDecisions: float64(c.Decisions)}
+	for i, e := range c.Early {
+		out[simulator.MetricCalibrationEarly+strconv.Itoa(i+1)] = e
+	}
+	return out
+}
+
+// userAgent is cfg serving the refreshed agent as its version will: with
+// the fitted calibration and the word topics it reads.
+func (c *refreshCalibration) userAgent(cfg simulator.UserAgentConfig) simulator.UserAgentConfig {
+	cfg, _ = cfg.ForVersion("", schema.Manifest{Metrics: c.metrics()})
+	if c != nil && c.Fitted {
+		cfg.WordTopics = c.topics
+	}
+	return cfg
+}
+
+// files are the files the refreshed version carries besides the model:
+// its word topics, when the calibration reads them.
+func (c *refreshCalibration) files() (map[string][]byte, error) {
+	if c == nil || !c.Fitted || c.topics == nil {
+		return nil, nil
+	}
+	raw, err := json.Marshal(c.topics)
+	if err != nil {
+		return nil, fmt.Errorf("word topics: %w", err)
+	}
+	return map[string][]byte{simulator.WordTopicsFile: raw}, nil
 }
 
 // gateFindings is what a refresh's gate found besides its verdict: the
@@ -410,7 +455,24 @@ func (r *refresher) calibrate(ctx context.Context, m *inference.Model, tok *infe
 		return fit, fmt.Sprintf("calibration kept at zero: %d decisions (%d quits) in %d held-out sessions; it needs %d with quits and continues",
 			fit.Decisions, quits, fit.Sessions, r.cfg.MinCalibrationDecisions), nil
 	}
-	ua, stop, err := userAgentOn(m, tok, sft.UserAgent, r.logger)
+	cfg := sft.UserAgent
+	topicsWhy := ""
+	if r.cfg.WordTopics.Topics != 0 {
+		var messages []string
+		for _, d := range train {
+			for _, x := range d.Exchanges {
+				messages = append(messages, x.User)
+			}
+		}
+		topics, err := simulator.LearnWordTopics(messages, r.cfg.WordTopics)
+		if err != nil {
+			topicsWhy = "; no word topics: " + err.Error()
+		} else {
+			cfg.WordTopics, fit.topics, fit.Topics = topics, topics, len(topics.Words)
+			topicsWhy = fmt.Sprintf("; %d words in %d topics", len(topics.Words), r.cfg.WordTopics.Topics)
+		}
+	}
+	ua, stop, err := userAgentOn(m, tok, cfg, r.logger)
 	if err != nil {
 		return nil, "", fmt.Errorf("calibrate: %w", err)
 	}
@@ -423,8 +485,9 @@ func (r *refresher) calibrate(ctx context.Context, m *inference.Model, tok *infe
 	if err != nil {
 		return nil, "", fmt.Errorf("calibrate: %w", err)
 	}
-	fit.Fitted, fit.Scale, fit.Offset, fit.Decisions = true, c.Scale, c.Offset, n
-	return fit, fmt.Sprintf("calibration scale %.2f, offset %.2f on %d decisions (%d quits)", c.Scale, c.Offset, n, quits), nil
+	fit.Fitted, fit.Scale, fit.Offset, fit.Early, fit.OnLast, fit.OffTopic, fit.Decisions = true, c.Scale, c.Offset, c.Early, c.OnLast, c.OffTopic, n
+	return fit, fmt.Sprintf("calibration scale %.2f, offset %.2f, early %.2f, on-last %.2f, off-topic %.2f on %d decisions (%d quits)%s",
+		c.Scale, c.Offset, c.Early, c.OnLast, c.OffTopic, n, quits, topicsWhy), nil
 }
 
 // calibrationAttrs are a calibration's values as log attributes; none for nil.
@@ -432,7 +495,8 @@ func calibrationAttrs(c *refreshCalibration) []any {
 	if c == nil {
 		return nil
 	}
-	return []any{"fitted", c.Fitted, "scale", c.Scale, "offset", c.Offset, "decisions", c.Decisions, "sessions", c.Sessions}
+	return []any{"fitted", c.Fitted, "scale", c.Scale, "offset", c.Offset, "early", c.Early, "on_last", c.OnLast, "off_topic", c.OffTopic,
+		"topic_words", c.Topics, "decisions", c.Decisions, "sessions", c.Sessions}
 }
 
 // gate is a refresh's publication rule on the agents as they are served:
@@ -465,9 +529,13 @@ func (r *refresher) gate(parent string, window []schema.Dialogue, found *gateFin
 			return GateVerdict{Reason: why}, nil
 		}
 		metrics := servedMetrics(cal, found.after)
+		files, err := cal.files()
+		if err != nil {
+			return GateVerdict{}, err
+		}
 		rc := r.cfg.Referee
 		if rc.Players.Size == 0 {
-			return GateVerdict{Publish: true, Reason: why, Metrics: metrics}, nil
+			return GateVerdict{Publish: true, Reason: why, Metrics: metrics, Files: files}, nil
 		}
 		npc, err := currentVersion(ctx, r.registry, rc.NPCModel)
 		if err != nil {
@@ -475,7 +543,7 @@ func (r *refresher) gate(parent string, window []schema.Dialogue, found *gateFin
 		}
 		if npc == "" {
 			r.logger.Warn("user-agent referee skipped: no NPC version writes the siblings", "npc_model", rc.NPCModel)
-			return GateVerdict{Publish: true, Reason: why + "; referee skipped: no " + rc.NPCModel + " version", Metrics: metrics}, nil
+			return GateVerdict{Publish: true, Reason: why + "; referee skipped: no " + rc.NPCModel + " version", Metrics: metrics, Files: files}, nil
 		}
 		j, err := r.newReferee(ctx, npc, window)
 		if err != nil {
@@ -493,7 +561,7 @@ func (r *refresher) gate(parent string, window []schema.Dialogue, found *gateFin
 				return GateVerdict{}, fmt.Errorf("referee: current user agent %s: %w", parent, err)
 			}
 		}
-		ua, stop, err := userAgentOn(m, tok, rc.UserAgent.ForVersion(schema.Manifest{Metrics: cal.metrics()}), r.logger)
+		ua, stop, err := userAgentOn(m, tok, cal.userAgent(rc.UserAgent), r.logger)
 		if err != nil {
 			return GateVerdict{}, fmt.Errorf("referee: refreshed user agent: %w", err)
 		}
@@ -506,7 +574,7 @@ func (r *refresher) gate(parent string, window []schema.Dialogue, found *gateFin
 		r.logger.Info("user-agent referee", "npc", npc, "parent", parent, "passed", pass, "reason", rwhy,
 			"seconds", time.Since(j.began).Seconds(), "groups", after.Groups, "ranked_groups", after.RankedGroups, "hazard_within_share", after.HazardWithinShare,
 			slog.Group("after", refereeAttrs(after)...), slog.Group("before", refereeAttrs(before)...))
-		return GateVerdict{Publish: pass, Reason: why + "; " + rwhy, Metrics: metrics}, nil
+		return GateVerdict{Publish: pass, Reason: why + "; " + rwhy, Metrics: metrics, Files: files}, nil
 	}
 }
 
@@ -518,7 +586,7 @@ func (r *refresher) servedFidelity(ctx context.Context, parent string, m *infere
 	sft := r.cfg.SFT
 	train, heldOut := splitPlayers(window, sft.HeldOutShare, sft.Seed)
 	demos := byPlayer(heldOut)
-	ev := evaluator{role: RoleUser, cfg: sft.Eval, ua: sft.UserAgent.ForVersion(schema.Manifest{Metrics: cal.metrics()}),
+	ev := evaluator{role: RoleUser, cfg: sft.Eval, ua: cal.userAgent(sft.UserAgent),
 		risks: simulator.TrainingRisks(train, sft.MaxTurns), logger: r.logger}
 	if after, err = ev.fidelity(ctx, m, tok, heldOut, demos); err != nil {
 		return Metrics{}, Metrics{}, fmt.Errorf("refreshed user agent: %w", err)
@@ -526,11 +594,14 @@ func (r *refresher) servedFidelity(ctx context.Context, parent string, m *infere
 	if parent == "" {
 		return Metrics{}, after, nil
 	}
-	pm, ptok, man, err := inference.LoadCheckpoint(filepath.Join(r.registry, sft.Model, parent), sft.Backend)
+	dir := filepath.Join(r.registry, sft.Model, parent)
+	pm, ptok, man, err := inference.LoadCheckpoint(dir, sft.Backend)
 	if err != nil {
 		return Metrics{}, Metrics{}, fmt.Errorf("current user agent: %w", err)
 	}
-	ev.ua = sft.UserAgent.ForVersion(man)
+	if ev.ua, err = sft.UserAgent.ForVersion(dir, man); err != nil {
+		return Metrics{}, Metrics{}, fmt.Errorf("current user agent %s: %w", parent, err)
+	}
 	if before, err = ev.fidelity(ctx, pm, ptok, heldOut, demos); err != nil {
 		return Metrics{}, Metrics{}, fmt.Errorf("current user agent %s: %w", parent, err)
 	}
@@ -667,7 +738,10 @@ func serveUserAgent(dir string, cfg simulator.UserAgentConfig, backend inference
 	if err != nil {
 		return nil, nil, err
 	}
-	return userAgentOn(m, tok, cfg.ForVersion(man), logger)
+	if cfg, err = cfg.ForVersion(dir, man); err != nil {
+		return nil, nil, err
+	}
+	return userAgentOn(m, tok, cfg, logger)
 }
 
 // userAgentOn serves the user agent model m with cfg until stop is called.

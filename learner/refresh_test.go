@@ -372,16 +372,23 @@ func TestRefreshPublishesCalibratedUserAgent(t *testing.T) {
 		t.Errorf("gate reason %q does not report the calibration", res.GateReason)
 	}
 	t.Logf("calibration: scale %.2f, offset %.2f on %d decisions of %d held-out sessions; gate: %s", cal.Scale, cal.Offset, cal.Decisions, cal.Sessions, res.GateReason)
-	want := simulator.Calibration{Scale: cal.Scale, Offset: cal.Offset}
+	want := simulator.Calibration{Scale: cal.Scale, Offset: cal.Offset, Early: cal.Early, OnLast: cal.OnLast, OffTopic: cal.OffTopic}
 	if want == (simulator.Calibration{Scale: 1}) {
 		t.Fatalf("fitted calibration %+v is the identity: the test proves nothing", want)
 	}
 	man := res.Manifest
-	if got := simulator.DefaultUserAgentConfig().ForVersion(man).Calibration; got != want || man.Metrics[simulator.MetricCalibrationDecisions] != float64(cal.Decisions) {
+	dir := filepath.Join(r.registry, r.cfg.SFT.Model, res.Version)
+	served, err := simulator.DefaultUserAgentConfig().ForVersion(dir, man)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := served.Calibration; got != want || man.Metrics[simulator.MetricCalibrationDecisions] != float64(cal.Decisions) {
 		t.Errorf("manifest of %s carries calibration %+v on %v decisions; want %+v on %d", res.Version, got, man.Metrics[simulator.MetricCalibrationDecisions], want, cal.Decisions)
 	}
+	if cal.Topics == 0 || served.WordTopics == nil || len(served.WordTopics.Words) != cal.Topics {
+		t.Fatalf("%s serves %v word topics; want the %d words the refresh learned", res.Version, served.WordTopics, cal.Topics)
+	}
 
-	dir := filepath.Join(r.registry, r.cfg.SFT.Model, res.Version)
 	met, err := EvaluateModel(ctx, dir, ds, EvalOptionsFrom(r.cfg.SFT), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -411,7 +418,12 @@ func TestRefreshPublishesCalibratedUserAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, sc := range scores {
-		if cw := want.TerminationShare(sc.Logit); math.Abs(sc.PT-cw) > 1e-12 || math.Abs(sc.PT-simulator.TerminationShare(sc.Logit, 0)) < 1e-9 {
+		var player []string
+		for _, x := range qs[i].Current.Exchanges {
+			player = append(player, x.User)
+		}
+		rel := served.WordTopics.Features(player, qs[i].Current.Exchanges[len(player)-1].NPC)
+		if cw := want.TerminationShare(sc.Logit, rel); math.Abs(sc.PT-cw) > 1e-12 || math.Abs(sc.PT-simulator.TerminationShare(sc.Logit, 0)) < 1e-9 {
 			t.Errorf("decision %d: P_T = %v for logit %v; want the calibrated %v, not σ(z) = %v", i, sc.PT, sc.Logit, cw, simulator.TerminationShare(sc.Logit, 0))
 		}
 	}

@@ -192,12 +192,13 @@ func (c SFTConfig) Validate() error {
 }
 
 // GateVerdict is an SFTConfig.Gate's decision: whether to publish the
-// trained model, why, and metrics its manifest carries beside the
-// evaluation's.
+// trained model, why, metrics its manifest carries beside the
+// evaluation's, and files the version carries beside the model's, by name.
 type GateVerdict struct {
 	Publish bool
 	Reason  string
 	Metrics map[string]float64
+	Files   map[string][]byte
 }
 
 // SFTResult is what a fine-tuning run did.
@@ -341,7 +342,7 @@ func TrainSFT(ctx context.Context, cfg SFTConfig, dialogues []schema.Dialogue, l
 		Metrics:         res.After.Map(),
 	}
 	maps.Copy(man.Metrics, verdict.Metrics)
-	if res.Manifest, err = publishModel(ctx, cfg.Registry, cfg.Version, cfg.DataDir, m, tok, hf, man); err != nil {
+	if res.Manifest, err = publishModel(ctx, cfg.Registry, cfg.Version, cfg.DataDir, m, tok, hf, verdict.Files, man); err != nil {
 		return nil, fmt.Errorf("train sft: %w", err)
 	}
 	res.Published, res.Version = true, res.Manifest.Version
@@ -770,7 +771,7 @@ func dataWindow(ds []schema.Dialogue) *schema.DataWindow {
 // publishModel saves m as a new version of man.Model in the registry at
 // root: version, or the next free "vN" when empty. hf are the files of an
 // imported model's checkpoint the version carries (nil for Parley's own).
-func publishModel(ctx context.Context, root, version, scratch string, m *inference.Model, tok *inference.Tokenizer, hf inference.HFFiles, man schema.Manifest) (schema.Manifest, error) {
+func publishModel(ctx context.Context, root, version, scratch string, m *inference.Model, tok *inference.Tokenizer, hf inference.HFFiles, files map[string][]byte, man schema.Manifest) (schema.Manifest, error) {
 	reg, err := registry.NewLocal(root)
 	if err != nil {
 		return schema.Manifest{}, err
@@ -790,5 +791,39 @@ func publishModel(ctx context.Context, root, version, scratch string, m *inferen
 	if err := inference.SaveImportedCheckpoint(dir, m, tok, hf, man); err != nil {
 		return schema.Manifest{}, fmt.Errorf("publish %s/%s: %w", man.Model, version, err)
 	}
+	if err := addVersionFiles(dir, files); err != nil {
+		return schema.Manifest{}, fmt.Errorf("publish %s/%s: %w", man.Model, version, err)
+	}
 	return reg.Publish(ctx, man.Model, version, dir)
+}
+
+// addVersionFiles writes files into the checkpoint in dir and lists them,
+// with their sha256, in its manifest.
+func addVersionFiles(dir string, files map[string][]byte) error {
+	if len(files) == 0 {
+		return nil
+	}
+	path := filepath.Join(dir, inference.ManifestFile)
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var man schema.Manifest
+	if err := json.Unmarshal(raw, &man); err != nil {
+		return err
+	}
+	for name, data := range files {
+		if filepath.Base(name) != name || man.Files[name] != "" {
+			return fmt.Errorf("version file %q must be a new name inside the version", name)
+		}
+		if err := atomicfile.Write(filepath.Join(dir, name), data, 0o644); err != nil {
+			return err
+		}
+		sum := sha256.Sum256(data)
+		man.Files[name] = hex.EncodeToString(sum[:])
+	}
+	if raw, err = json.MarshalIndent(man, "", "  "); err != nil {
+		return err
+	}
+	return atomicfile.Write(path, append(raw, '\n'), 0o644)
 }
