@@ -430,16 +430,23 @@ func (r *refresher) refresh(ctx context.Context) (*SFTResult, error) {
 	return res, nil
 }
 
-// calibrate fits the refreshed user agent m's calibration on the window's
-// sessions of the players held out of its training (SFT's split, a seeded
-// hash of the player id: no player is in both), each laid out as the
-// fidelity evaluation lays it out. Only what a deployment logs goes in:
-// who quit after which NPC turn. With fewer than MinCalibrationDecisions
-// decisions, or no quit or no continue among them, it fits nothing and
-// says why.
+// calibrate fits the refreshed user agent m's calibration on the window
+// (calibrateUserAgent).
 func (r *refresher) calibrate(ctx context.Context, m *inference.Model, tok *inference.Tokenizer, window []schema.Dialogue) (*refreshCalibration, string, error) {
-	sft := r.cfg.SFT
-	train, heldOut := splitPlayers(window, sft.HeldOutShare, sft.Seed)
+	return calibrateUserAgent(ctx, m, tok, window, r.cfg.SFT, r.cfg.WordTopics, r.cfg.MinCalibrationDecisions, r.logger)
+}
+
+// calibrateUserAgent fits the calibration of the user agent m, trained
+// with sft on dialogues, on the sessions of the players held out of its
+// training (SFT's split, a seeded hash of the player id: no player is in
+// both), each laid out as the fidelity evaluation lays it out, with word
+// topics (topicsCfg; 0 topics: none) learned from the training players'
+// messages. Only what a deployment logs goes in: who quit after which NPC
+// turn. With fewer than minDecisions decisions, or no quit or no continue
+// among them, it fits nothing and says why.
+func calibrateUserAgent(ctx context.Context, m *inference.Model, tok *inference.Tokenizer, dialogues []schema.Dialogue, sft SFTConfig,
+	topicsCfg simulator.WordTopicsConfig, minDecisions int, logger *slog.Logger) (*refreshCalibration, string, error) {
+	train, heldOut := splitPlayers(dialogues, sft.HeldOutShare, sft.Seed)
 	fit := &refreshCalibration{Sessions: len(heldOut)}
 	quits := 0
 	for _, s := range heldOut {
@@ -451,28 +458,28 @@ func (r *refresher) calibrate(ctx context.Context, m *inference.Model, tok *infe
 			}
 		}
 	}
-	if fit.Decisions < max(r.cfg.MinCalibrationDecisions, 1) || quits == 0 || quits == fit.Decisions {
+	if fit.Decisions < max(minDecisions, 1) || quits == 0 || quits == fit.Decisions {
 		return fit, fmt.Sprintf("calibration kept at zero: %d decisions (%d quits) in %d held-out sessions; it needs %d with quits and continues",
-			fit.Decisions, quits, fit.Sessions, r.cfg.MinCalibrationDecisions), nil
+			fit.Decisions, quits, fit.Sessions, minDecisions), nil
 	}
 	cfg := sft.UserAgent
 	topicsWhy := ""
-	if r.cfg.WordTopics.Topics != 0 {
+	if topicsCfg.Topics != 0 {
 		var messages []string
 		for _, d := range train {
 			for _, x := range d.Exchanges {
 				messages = append(messages, x.User)
 			}
 		}
-		topics, err := simulator.LearnWordTopics(messages, r.cfg.WordTopics)
+		topics, err := simulator.LearnWordTopics(messages, topicsCfg)
 		if err != nil {
 			topicsWhy = "; no word topics: " + err.Error()
 		} else {
 			cfg.WordTopics, fit.topics, fit.Topics = topics, topics, len(topics.Words)
-			topicsWhy = fmt.Sprintf("; %d words in %d topics", len(topics.Words), r.cfg.WordTopics.Topics)
+			topicsWhy = fmt.Sprintf("; %d words in %d topics", len(topics.Words), topicsCfg.Topics)
 		}
 	}
-	ua, stop, err := userAgentOn(m, tok, cfg, r.logger)
+	ua, stop, err := userAgentOn(m, tok, cfg, logger)
 	if err != nil {
 		return nil, "", fmt.Errorf("calibrate: %w", err)
 	}
@@ -497,6 +504,26 @@ func calibrationAttrs(c *refreshCalibration) []any {
 	}
 	return []any{"fitted", c.Fitted, "scale", c.Scale, "offset", c.Offset, "early", c.Early, "on_last", c.OnLast, "off_topic", c.OffTopic,
 		"topic_words", c.Topics, "decisions", c.Decisions, "sessions", c.Sessions}
+}
+
+// CalibratedGate is an SFTConfig.Gate for a user agent trained with sft
+// on dialogues: it publishes the agent with the calibration and the word
+// topics (topics; 0 topics: none) fitted as the refresh fits them
+// (calibrateUserAgent), on at least minDecisions decisions of the held-out
+// players. The first version (`parley dev`'s bootstrap) ships calibrated
+// this way, so the first AT-GRPO cycles already read topic relevance.
+func CalibratedGate(dialogues []schema.Dialogue, sft SFTConfig, topics simulator.WordTopicsConfig, minDecisions int, logger *slog.Logger) func(context.Context, Metrics, Metrics, *inference.Model, *inference.Tokenizer) (GateVerdict, error) {
+	return func(ctx context.Context, _, _ Metrics, m *inference.Model, tok *inference.Tokenizer) (GateVerdict, error) {
+		cal, why, err := calibrateUserAgent(ctx, m, tok, dialogues, sft, topics, minDecisions, logger)
+		if err != nil {
+			return GateVerdict{}, err
+		}
+		files, err := cal.files()
+		if err != nil {
+			return GateVerdict{}, err
+		}
+		return GateVerdict{Publish: true, Reason: why, Metrics: cal.metrics(), Files: files}, nil
+	}
 }
 
 // gate is a refresh's publication rule on the agents as they are served:

@@ -48,7 +48,8 @@ type BootstrapConfig struct {
 // steps of 16 sequences (about 6,300 tokens a step, 1.6M in all, for the
 // user agent; 7,600 and 1.9M for the NPC, whose dialogues run longer).
 // The user agent learns from the ~940 dialogues of 300 generated players
-// with scripted NPCs of mixed quality. The NPC learns from ~1,900
+// with scripted NPCs of mixed quality and is published calibrated, with
+// word topics, on its held-out players' dialogues (learner.CalibratedGate). The NPC learns from ~1,900
 // dialogues of the same players with the good scripted NPC alone (from
 // the mixed corpus it would learn the off-topic, filler and retention
 // lines too), on lines that repeat the player's own word (BootstrapScript),
@@ -171,6 +172,9 @@ func trainBootstrapAgent(ctx context.Context, cfg BootstrapConfig, role learner.
 	sft.Eval.MaxDialogues, sft.Eval.MaxReplies = 16, 16 // a sanity check, not the fidelity report
 	if role == learner.RoleNPC {
 		sft.Train = cfg.NPCTrain
+	} else {
+		rc := learner.DefaultRefreshConfig()
+		sft.Gate = learner.CalibratedGate(dialogues, sft, rc.WordTopics, rc.MinCalibrationDecisions, log)
 	}
 	log.Info("bootstrap: training the first version", "role", role, "steps", sft.Steps, "dialogues", len(dialogues))
 	res, err := learner.TrainSFT(ctx, sft, dialogues, log)

@@ -8,17 +8,21 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/parleyhq/parley/inference"
 	"github.com/parleyhq/parley/inference/registry"
 	"github.com/parleyhq/parley/internal/testenv"
+	"github.com/parleyhq/parley/simulator"
 )
 
 // TestBootstrapTrainsBothAgentsOnce trains tiny bootstrap agents into an
-// empty registry, then checks a second start trains nothing.
+// empty registry, the user agent calibrated with word topics, then checks
+// a second start trains nothing.
 func TestBootstrapTrainsBothAgentsOnce(t *testing.T) {
 	dataDir := t.TempDir()
 	regDir := filepath.Join(dataDir, "registry")
 	cfg := DefaultBootstrapConfig()
-	cfg.Players, cfg.DialoguesPerPlayer, cfg.NPCDialoguesPerPlayer = 8, 3, 3
+	// Enough players that the held-out ones make 100 decisions.
+	cfg.Players, cfg.DialoguesPerPlayer, cfg.NPCDialoguesPerPlayer = 120, 3, 3
 	cfg.Steps, cfg.BatchSize, cfg.Arch = 3, 2, testenv.TinyModelConfig(512)
 	log := slog.New(slog.DiscardHandler)
 	ctx := context.Background()
@@ -37,6 +41,18 @@ func TestBootstrapTrainsBothAgentsOnce(t *testing.T) {
 		if vs[0].Algorithm != "sft" {
 			t.Errorf("%s/%s algorithm %q; want sft", model, vs[0].Version, vs[0].Algorithm)
 		}
+	}
+	uaDir := filepath.Join(regDir, "user-agent", "v1")
+	_, _, man, err := inference.LoadCheckpoint(uaDir, inference.BackendConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served, err := simulator.DefaultUserAgentConfig().ForVersion(uaDir, man)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := man.Metrics[simulator.MetricCalibrationScale]; !ok || served.WordTopics == nil || len(served.WordTopics.Words) == 0 {
+		t.Errorf("user-agent/v1 serves calibration %+v with word topics %v; want one fitted on the corpus with topics learned from it", served.Calibration, served.WordTopics)
 	}
 	var corpora []string
 	var before []os.FileInfo
