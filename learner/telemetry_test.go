@@ -30,7 +30,7 @@ func TestHealthMetrics(t *testing.T) {
 	l.refresher.status.Store(&refreshState{Refreshes: 2, Published: 1, LastAt: time.Unix(1_800_000_000, 0),
 		Last: &refreshOutcome{Published: true, RhoBefore: 0.2, RhoAfter: 0.3, Loss: 1.5,
 			RefereeAfter: &rl.RefereeReport{KendallTau: 0.31, KendallTauCILow: 0.22, Pearson: 0.6, SimRealAvgL: 1},
-			Calibration:  &refreshCalibration{Fitted: true, Scale: 0.8, Offset: -0.5, Decisions: 240, Sessions: 60}}})
+			Calibration:  &refreshCalibration{Fitted: true, Scale: 0.8, Offset: -0.5, OnLast: -0.9, OffTopic: 0.3, Decisions: 240, Sessions: 60}}})
 	reg, err := l.RegisterMetrics(meter)
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +69,7 @@ func TestHealthMetrics(t *testing.T) {
 	}
 	for name, want := range map[string]int{
 		metricConsumerLag: 2, metricStored: 1, metricOpenSessions: 1, metricRefreshRuns: 1, metricRefreshPub: 1,
-		metricRefreshLastRun: 1, metricRefreshAccepted: 1, metricRefreshGate: 6 + 5 + 3, metricRefreshLoss: 1,
+		metricRefreshLastRun: 1, metricRefreshAccepted: 1, metricRefreshGate: 6 + 5 + 5, metricRefreshLoss: 1,
 		metricCycleRuns: 1, metricCycleLastRun: 1, metricCycleAccepted: 1, metricCycleGate: 8, metricCycleLoss: 1,
 	} {
 		if points[name] != want {
