@@ -234,8 +234,9 @@ type refreshCalibration struct {
 	OffTopic  float64    `json:"off_topic"`
 	Decisions int        `json:"decisions"`
 	Sessions  int        `json:"sessions"`
-	Topics    int        `json:"topics"` // words in topics
-	topics    *simulator.WordTopics
+	// TopicWords counts the words of the word topics it read.
+	TopicWords int `json:"topic_words"`
+	topics     *simulator.WordTopics
 }
 
 // metrics are the manifest metrics that carry a fitted calibration with
@@ -257,7 +258,7 @@ func (c *refreshCalibration) metrics() map[string]float64 {
 // userAgent is cfg serving the refreshed agent as its version will: with
 // the fitted calibration and the word topics it reads.
 func (c *refreshCalibration) userAgent(cfg simulator.UserAgentConfig) simulator.UserAgentConfig {
-	cfg, _ = cfg.ForVersion("", schema.Manifest{Metrics: c.metrics()})
+	cfg, _ = cfg.ForVersion("", schema.Manifest{Metrics: c.metrics()}) // no dir: nothing to read, no error
 	if c != nil && c.Fitted {
 		cfg.WordTopics = c.topics
 	}
@@ -475,7 +476,7 @@ func calibrateUserAgent(ctx context.Context, m *inference.Model, tok *inference.
 		if err != nil {
 			topicsWhy = "; no word topics: " + err.Error()
 		} else {
-			cfg.WordTopics, fit.topics, fit.Topics = topics, topics, len(topics.Words)
+			cfg.WordTopics, fit.topics, fit.TopicWords = topics, topics, len(topics.Words)
 			topicsWhy = fmt.Sprintf("; %d words in %d topics", len(topics.Words), topicsCfg.Topics)
 		}
 	}
@@ -503,7 +504,7 @@ func calibrationAttrs(c *refreshCalibration) []any {
 		return nil
 	}
 	return []any{"fitted", c.Fitted, "scale", c.Scale, "offset", c.Offset, "early", c.Early, "on_last", c.OnLast, "off_topic", c.OffTopic,
-		"topic_words", c.Topics, "decisions", c.Decisions, "sessions", c.Sessions}
+		"topic_words", c.TopicWords, "decisions", c.Decisions, "sessions", c.Sessions}
 }
 
 // CalibratedGate is an SFTConfig.Gate for a user agent trained with sft

@@ -385,8 +385,8 @@ func TestRefreshPublishesCalibratedUserAgent(t *testing.T) {
 	if got := served.Calibration; got != want || man.Metrics[simulator.MetricCalibrationDecisions] != float64(cal.Decisions) {
 		t.Errorf("manifest of %s carries calibration %+v on %v decisions; want %+v on %d", res.Version, got, man.Metrics[simulator.MetricCalibrationDecisions], want, cal.Decisions)
 	}
-	if cal.Topics == 0 || served.WordTopics == nil || len(served.WordTopics.Words) != cal.Topics {
-		t.Fatalf("%s serves %v word topics; want the %d words the refresh learned", res.Version, served.WordTopics, cal.Topics)
+	if cal.TopicWords == 0 || served.WordTopics == nil || len(served.WordTopics.Words) != cal.TopicWords {
+		t.Fatalf("%s serves %v word topics; want the %d words the refresh learned", res.Version, served.WordTopics, cal.TopicWords)
 	}
 
 	met, err := EvaluateModel(ctx, dir, ds, EvalOptionsFrom(r.cfg.SFT), nil)

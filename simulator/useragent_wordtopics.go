@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"gonum.org/v1/gonum/floats"
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/parleyhq/parley/schema"
@@ -172,7 +173,7 @@ func sphericalKMeans(vecs [][]float64, k int, seed uint64) []int {
 		for i, v := range vecs {
 			best, bc := math.Inf(-1), 0
 			for c, m := range centres {
-				if d := dot(v, m); d > best {
+				if d := floats.Dot(v, m); d > best {
 					best, bc = d, c
 				}
 			}
@@ -200,23 +201,13 @@ func sphericalKMeans(vecs [][]float64, k int, seed uint64) []int {
 	return assign
 }
 
-func dot(a, b []float64) float64 {
-	s := 0.0
-	for i := range a {
-		s += a[i] * b[i]
-	}
-	return s
-}
-
 // normalize scales v to unit length; false when v is zero.
 func normalize(v []float64) bool {
-	n := math.Sqrt(dot(v, v))
+	n := floats.Norm(v, 2)
 	if n == 0 {
 		return false
 	}
-	for i := range v {
-		v[i] /= n
-	}
+	floats.Scale(1/n, v)
 	return true
 }
 
