@@ -1,6 +1,7 @@
 package simulator
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -31,26 +32,28 @@ type WordTopics struct {
 
 // WordTopicsConfig sizes LearnWordTopics: Topics clusters of word vectors
 // with Dims dimensions, over the words in at least MinMessages messages and
-// at most MaxShare of them (more common words are function words).
+// at most MaxShare of them (more common words are function words), the
+// MaxWords most common of those (the SVD's cost grows with their cube).
 type WordTopicsConfig struct {
 	Topics      int     `json:"topics"`
 	Dims        int     `json:"dims"`
 	MinMessages int     `json:"min_messages"`
 	MaxShare    float64 `json:"max_share"`
+	MaxWords    int     `json:"max_words"`
 	Seed        uint64  `json:"seed"`
 }
 
 // DefaultWordTopicsConfig: 16 topics of 20-dimensional vectors over the
-// words in 5 messages or more and at most 5 % of them.
+// 2,000 most common words in 5 messages or more and at most 5 % of them.
 func DefaultWordTopicsConfig() WordTopicsConfig {
-	return WordTopicsConfig{Topics: 16, Dims: 20, MinMessages: 5, MaxShare: 0.05, Seed: 1}
+	return WordTopicsConfig{Topics: 16, Dims: 20, MinMessages: 5, MaxShare: 0.05, MaxWords: 2000, Seed: 1}
 }
 
 // Validate rejects sizes that learn nothing.
 func (c WordTopicsConfig) Validate() error {
-	if c.Topics < 2 || c.Dims < 1 || c.MinMessages < 1 || c.MaxShare <= 0 || c.MaxShare > 1 {
-		return fmt.Errorf("word topics: %d topics (≥ 2), %d dims (≥ 1), min %d messages (≥ 1), max share %g (in (0, 1])",
-			c.Topics, c.Dims, c.MinMessages, c.MaxShare)
+	if c.Topics < 2 || c.Dims < 1 || c.MinMessages < 1 || c.MaxShare <= 0 || c.MaxShare > 1 || c.MaxWords < max(c.Topics, c.Dims) {
+		return fmt.Errorf("word topics: %d topics (≥ 2), %d dims (≥ 1), min %d messages (≥ 1), max share %g (in (0, 1]), max %d words (≥ topics and dims)",
+			c.Topics, c.Dims, c.MinMessages, c.MaxShare, c.MaxWords)
 	}
 	return nil
 }
@@ -85,7 +88,8 @@ func LearnWordTopics(messages []string, cfg WordTopicsConfig) (*WordTopics, erro
 	if len(vocab) < max(cfg.Topics, cfg.Dims) {
 		return nil, fmt.Errorf("learn word topics: %d words qualify in %d messages; need %d", len(vocab), len(messages), max(cfg.Topics, cfg.Dims))
 	}
-	slices.Sort(vocab)
+	slices.SortFunc(vocab, func(a, b string) int { return cmp.Or(cmp.Compare(df[b], df[a]), cmp.Compare(a, b)) })
+	vocab = vocab[:min(len(vocab), cfg.MaxWords)]
 	for i, w := range vocab {
 		index[w] = i
 	}
@@ -159,17 +163,64 @@ func LearnWordTopics(messages []string, cfg WordTopicsConfig) (*WordTopics, erro
 	return t, nil
 }
 
-// sphericalKMeans clusters unit vectors by cosine into k clusters, starting
-// from k distinct vectors drawn with seed, for at most 100 rounds.
+// sphericalKMeans clusters unit vectors by cosine into k clusters: the best
+// (highest total cosine to its centres) of kMeansRestarts runs, each
+// started by k-means++ with seed and run for at most 100 rounds.
 func sphericalKMeans(vecs [][]float64, k int, seed uint64) []int {
 	rng := rand.New(rand.NewPCG(seed, 0x70b1c5))
-	centres := make([][]float64, k)
-	for c, i := range rng.Perm(len(vecs))[:k] {
-		centres[c] = append([]float64(nil), vecs[i]...)
+	var best []int
+	bestFit := math.Inf(-1)
+	for range kMeansRestarts {
+		assign, fit := kMeansRun(vecs, kMeansPlusPlus(vecs, k, rng), rng)
+		if fit > bestFit {
+			best, bestFit = assign, fit
+		}
 	}
+	return best
+}
+
+const kMeansRestarts = 5
+
+// kMeansPlusPlus draws k starting centres, each next one with probability
+// proportional to the square of its cosine distance from the nearest
+// centre drawn.
+func kMeansPlusPlus(vecs [][]float64, k int, rng *rand.Rand) [][]float64 {
+	centres := [][]float64{slices.Clone(vecs[rng.IntN(len(vecs))])}
+	dist := make([]float64, len(vecs))
+	for len(centres) < k {
+		total := 0.0
+		for i, v := range vecs {
+			d := 1 - floats.Dot(v, centres[0])
+			for _, c := range centres[1:] {
+				d = min(d, 1-floats.Dot(v, c))
+			}
+			dist[i] = max(d, 0) * max(d, 0)
+			total += dist[i]
+		}
+		pick := rng.IntN(len(vecs))
+		if total > 0 {
+			r := rng.Float64() * total
+			for i, d := range dist {
+				if r -= d; r <= 0 {
+					pick = i
+					break
+				}
+			}
+		}
+		centres = append(centres, slices.Clone(vecs[pick]))
+	}
+	return centres
+}
+
+// kMeansRun moves centres to the mean direction of their vectors until no
+// vector changes cluster (at most 100 rounds); it returns each vector's
+// cluster and the total cosine of the vectors to their centres.
+func kMeansRun(vecs, centres [][]float64, rng *rand.Rand) ([]int, float64) {
 	assign := make([]int, len(vecs))
+	var fit float64
 	for round := range 100 {
 		moved := false
+		fit = 0
 		for i, v := range vecs {
 			best, bc := math.Inf(-1), 0
 			for c, m := range centres {
@@ -177,6 +228,7 @@ func sphericalKMeans(vecs [][]float64, k int, seed uint64) []int {
 					best, bc = d, c
 				}
 			}
+			fit += best
 			if round == 0 || assign[i] != bc {
 				assign[i], moved = bc, true
 			}
@@ -188,17 +240,15 @@ func sphericalKMeans(vecs [][]float64, k int, seed uint64) []int {
 			clear(centres[c])
 		}
 		for i, v := range vecs {
-			for j, x := range v {
-				centres[assign[i]][j] += x
-			}
+			floats.Add(centres[assign[i]], v)
 		}
 		for c := range centres {
 			if !normalize(centres[c]) {
-				centres[c] = append(centres[c][:0], vecs[rng.IntN(len(vecs))]...)
+				centres[c] = slices.Clone(vecs[rng.IntN(len(vecs))])
 			}
 		}
 	}
-	return assign
+	return assign, fit
 }
 
 // normalize scales v to unit length; false when v is zero.

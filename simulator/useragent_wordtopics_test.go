@@ -78,6 +78,11 @@ func TestLearnWordTopicsGroupsWordsPlayersUseTogether(t *testing.T) {
 	if _, err := LearnWordTopics([]string{"sword shield", "trout lake"}, cfg); err == nil {
 		t.Error("learned topics from two messages")
 	}
+	capped := cfg
+	capped.MaxWords = 12
+	if wt, err := LearnWordTopics(topicMessages(rand.New(rand.NewPCG(1, 2)), topics, 3000), capped); err != nil || len(wt.Words) != 12 {
+		t.Errorf("MaxWords 12 gave %v words (err %v); want the 12 most common", wt, err)
+	}
 	cfg.Topics = 1
 	if _, err := LearnWordTopics(topicMessages(rand.New(rand.NewPCG(1, 2)), topics, 100), cfg); err == nil {
 		t.Error("learned one topic")
