@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -226,14 +225,10 @@ type refreshOutcome struct {
 // calibration zero, when the decisions were too few or held no quit or no
 // continue.
 type refreshCalibration struct {
-	Fitted    bool       `json:"fitted"`
-	Scale     float64    `json:"scale"`
-	Offset    float64    `json:"offset"`
-	Early     [3]float64 `json:"early"`
-	OnLast    float64    `json:"on_last"`
-	OffTopic  float64    `json:"off_topic"`
-	Decisions int        `json:"decisions"`
-	Sessions  int        `json:"sessions"`
+	Fitted bool `json:"fitted"`
+	simulator.Calibration
+	Decisions int `json:"decisions"`
+	Sessions  int `json:"sessions"`
 	// TopicWords counts the words of the word topics it read.
 	TopicWords int `json:"topic_words"`
 	topics     *simulator.WordTopics
@@ -246,13 +241,7 @@ func (c *refreshCalibration) metrics() map[string]float64 {
 	if c == nil || !c.Fitted {
 		return nil
 	}
-	out := map[string]float64{simulator.MetricCalibrationScale: c.Scale, simulator.MetricCalibrationOffset: c.Offset,
-		simulator.MetricCalibrationOnLast: c.OnLast, simulator.MetricCalibrationOffTopic: c.OffTopic,
-		simulator.MetricCalibrationDecisions: float64(c.Decisions)}
-	for i, e := range c.Early {
-		out[simulator.MetricCalibrationEarly+strconv.Itoa(i+1)] = e
-	}
-	return out
+	return c.Calibration.Metrics(c.Decisions)
 }
 
 // userAgent is cfg serving the refreshed agent as its version will: with
@@ -493,7 +482,7 @@ func calibrateUserAgent(ctx context.Context, m *inference.Model, tok *inference.
 	if err != nil {
 		return nil, "", fmt.Errorf("calibrate: %w", err)
 	}
-	fit.Fitted, fit.Scale, fit.Offset, fit.Early, fit.OnLast, fit.OffTopic, fit.Decisions = true, c.Scale, c.Offset, c.Early, c.OnLast, c.OffTopic, n
+	fit.Fitted, fit.Calibration, fit.Decisions = true, c, n
 	return fit, fmt.Sprintf("calibration scale %.2f, offset %.2f, early %.2f, on-last %.2f, off-topic %.2f on %d decisions (%d quits)%s",
 		c.Scale, c.Offset, c.Early, c.OnLast, c.OffTopic, n, quits, topicsWhy), nil
 }

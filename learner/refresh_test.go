@@ -372,7 +372,7 @@ func TestRefreshPublishesCalibratedUserAgent(t *testing.T) {
 		t.Errorf("gate reason %q does not report the calibration", res.GateReason)
 	}
 	t.Logf("calibration: scale %.2f, offset %.2f on %d decisions of %d held-out sessions; gate: %s", cal.Scale, cal.Offset, cal.Decisions, cal.Sessions, res.GateReason)
-	want := simulator.Calibration{Scale: cal.Scale, Offset: cal.Offset, Early: cal.Early, OnLast: cal.OnLast, OffTopic: cal.OffTopic}
+	want := cal.Calibration
 	if want == (simulator.Calibration{Scale: 1}) {
 		t.Fatalf("fitted calibration %+v is the identity: the test proves nothing", want)
 	}

@@ -816,11 +816,13 @@ func addVersionFiles(dir string, files map[string][]byte) error {
 		if filepath.Base(name) != name || man.Files[name] != "" {
 			return fmt.Errorf("version file %q must be a new name inside the version", name)
 		}
-		if err := atomicfile.Write(filepath.Join(dir, name), data, 0o644); err != nil {
+		file := filepath.Join(dir, name)
+		if err := atomicfile.Write(file, data, 0o644); err != nil {
 			return err
 		}
-		sum := sha256.Sum256(data)
-		man.Files[name] = hex.EncodeToString(sum[:])
+		if man.Files[name], err = schema.FileSHA256(file); err != nil {
+			return err
+		}
 	}
 	if raw, err = json.MarshalIndent(man, "", "  "); err != nil {
 		return err

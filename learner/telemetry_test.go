@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/parleyhq/parley/learner/rl"
+	"github.com/parleyhq/parley/simulator"
 )
 
 func TestHealthMetrics(t *testing.T) {
@@ -30,7 +31,7 @@ func TestHealthMetrics(t *testing.T) {
 	l.refresher.status.Store(&refreshState{Refreshes: 2, Published: 1, LastAt: time.Unix(1_800_000_000, 0),
 		Last: &refreshOutcome{Published: true, RhoBefore: 0.2, RhoAfter: 0.3, Loss: 1.5,
 			RefereeAfter: &rl.RefereeReport{KendallTau: 0.31, KendallTauCILow: 0.22, Pearson: 0.6, SimRealAvgL: 1},
-			Calibration:  &refreshCalibration{Fitted: true, Scale: 0.8, Offset: -0.5, OnLast: -0.9, OffTopic: 0.3, Decisions: 240, Sessions: 60}}})
+			Calibration:  &refreshCalibration{Fitted: true, Calibration: simulator.Calibration{Scale: 0.8, Offset: -0.5, OnLast: -0.9, OffTopic: 0.3}, Decisions: 240, Sessions: 60}}})
 	reg, err := l.RegisterMetrics(meter)
 	if err != nil {
 		t.Fatal(err)

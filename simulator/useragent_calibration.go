@@ -201,6 +201,17 @@ const (
 	MetricCalibrationEarly = "calibration_early_"
 )
 
+// Metrics are the manifest metrics that carry c with a version, fitted on
+// decisions decisions (ForVersion reads them back).
+func (c Calibration) Metrics(decisions int) map[string]float64 {
+	out := map[string]float64{MetricCalibrationScale: c.Scale, MetricCalibrationOffset: c.Offset,
+		MetricCalibrationOnLast: c.OnLast, MetricCalibrationOffTopic: c.OffTopic, MetricCalibrationDecisions: float64(decisions)}
+	for i, e := range c.Early {
+		out[MetricCalibrationEarly+strconv.Itoa(i+1)] = e
+	}
+	return out
+}
+
 // ForVersion returns c with the calibration that the user agent version in
 // dir carries in its manifest man (MetricCalibrationScale …
 // MetricCalibrationOffTopic) and its word topics (WordTopicsFile), so
