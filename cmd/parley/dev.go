@@ -50,7 +50,9 @@ interrupted bootstrap resumes). It prints the chat URL, the dashboard URL and tw
 	b := &cfg.Bootstrap
 	f.IntVar(&b.Players, "bootstrap-players", b.Players, "personas in the bootstrap corpus")
 	f.IntVar(&b.DialoguesPerPlayer, "bootstrap-dialogues", b.DialoguesPerPlayer, "bootstrap dialogues per persona")
-	f.IntVar(&b.Steps, "bootstrap-steps", b.Steps, "SFT steps of each bootstrap agent")
-	f.IntVar(&b.BatchSize, "bootstrap-batch", b.BatchSize, "SFT batch size of the bootstrap")
+	f.IntVar(&b.Steps, "bootstrap-steps", b.Steps, "SFT steps of the bootstrap user agent")
+	f.IntVar(&b.BatchSize, "bootstrap-batch", b.BatchSize, "SFT batch size of the bootstrap user agent")
+	f.IntVar(&b.NPCSteps, "bootstrap-npc-steps", b.NPCSteps, "SFT steps of the bootstrap NPC")
+	f.IntVar(&b.NPCBatchSize, "bootstrap-npc-batch", b.NPCBatchSize, "SFT batch size of the bootstrap NPC")
 	return cmd
 }

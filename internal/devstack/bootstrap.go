@@ -32,21 +32,26 @@ type BootstrapConfig struct {
 	NPCDialoguesPerPlayer int
 	NPCQualities          []simulator.QualityWeight
 	NPCScript             simulator.ScriptConfig
-	// NPCTrain is the NPC run's optimizer; the user agent keeps the SFT
-	// default.
-	NPCTrain  inference.TrainConfig
-	Steps     int
-	BatchSize int
-	Seed      uint64
+	// NPCTrain, NPCSteps and NPCBatchSize are the NPC run's optimizer and
+	// length; the user agent keeps the SFT default optimizer and runs
+	// Steps steps of BatchSize.
+	NPCTrain     inference.TrainConfig
+	NPCSteps     int
+	NPCBatchSize int
+	Steps        int
+	BatchSize    int
+	Seed         uint64
 	// Arch is the size of both models (VocabSize is the tokenizer's).
 	Arch inference.ModelConfig
 }
 
 // DefaultBootstrapConfig takes a few minutes on 2 cores with the native
-// trainer: a ~1M-parameter model (the default architecture, d128, 4
-// layers, with a 1,024-token vocabulary; 4 MB a checkpoint) trained 250
-// steps of 16 sequences (about 6,300 tokens a step, 1.6M in all, for the
-// user agent; 7,600 and 1.9M for the NPC, whose dialogues run longer).
+// trainer: ~1M-parameter models (the default architecture, d128, 4
+// layers, with a 1,024-token vocabulary; 4 MB a checkpoint). The user
+// agent trains 250 steps of 16 sequences (about 6,300 tokens a step, 1.6M
+// in all); the NPC 1,000 steps of 8 (about 3,800 tokens a step, 3.8M),
+// because copying the player's word takes optimizer steps more than
+// tokens (docs/experiments/README.md, "How long the first NPC trains").
 // The user agent learns from the ~940 dialogues of 300 generated players
 // with scripted NPCs of mixed quality and is published calibrated, with
 // word topics, on its held-out players' dialogues (learner.CalibratedGate). The NPC learns from ~1,900
@@ -64,7 +69,7 @@ func DefaultBootstrapConfig() BootstrapConfig {
 	return BootstrapConfig{Players: 300, DialoguesPerPlayer: 4,
 		NPCDialoguesPerPlayer: 8, NPCQualities: []simulator.QualityWeight{{Quality: simulator.NPCGood, Weight: 1}},
 		NPCScript: BootstrapScript(), NPCTrain: npcTrain,
-		Steps: 250, BatchSize: 16, Seed: 1, Arch: arch}
+		NPCSteps: 1000, NPCBatchSize: 8, Steps: 250, BatchSize: 16, Seed: 1, Arch: arch}
 }
 
 // BootstrapScript is the scripted NPC the bootstrap NPC imitates: the
@@ -96,9 +101,9 @@ func BootstrapScript() simulator.ScriptConfig {
 
 // Validate reports the first size that is not positive.
 func (c BootstrapConfig) Validate() error {
-	if c.Players < 5 || c.DialoguesPerPlayer < 3 || c.NPCDialoguesPerPlayer < 3 || c.Steps < 1 || c.BatchSize < 1 {
-		return fmt.Errorf("dev bootstrap: players %d (≥5), dialogues per player %d and for the npc %d (≥3), steps %d and batch size %d (≥1) are too small",
-			c.Players, c.DialoguesPerPlayer, c.NPCDialoguesPerPlayer, c.Steps, c.BatchSize)
+	if c.Players < 5 || c.DialoguesPerPlayer < 3 || c.NPCDialoguesPerPlayer < 3 || c.Steps < 1 || c.BatchSize < 1 || c.NPCSteps < 1 || c.NPCBatchSize < 1 {
+		return fmt.Errorf("dev bootstrap: players %d (≥5), dialogues per player %d and for the npc %d (≥3), steps %d and batch size %d, for the npc %d and %d (≥1) are too small",
+			c.Players, c.DialoguesPerPlayer, c.NPCDialoguesPerPlayer, c.Steps, c.BatchSize, c.NPCSteps, c.NPCBatchSize)
 	}
 	if err := c.corpus(learner.RoleNPC).Validate(); err != nil {
 		return fmt.Errorf("dev bootstrap: npc corpus: %w", err)
@@ -171,7 +176,7 @@ func trainBootstrapAgent(ctx context.Context, cfg BootstrapConfig, role learner.
 	sft.Arch, sft.VocabSize, sft.SkipEvalBefore = cfg.Arch, cfg.Arch.VocabSize, true
 	sft.Eval.MaxDialogues, sft.Eval.MaxReplies = 16, 16 // a sanity check, not the fidelity report
 	if role == learner.RoleNPC {
-		sft.Train = cfg.NPCTrain
+		sft.Train, sft.Steps, sft.BatchSize = cfg.NPCTrain, cfg.NPCSteps, cfg.NPCBatchSize
 	} else {
 		rc := learner.DefaultRefreshConfig()
 		sft.Gate = learner.CalibratedGate(dialogues, sft, rc.WordTopics, rc.MinCalibrationDecisions, log)

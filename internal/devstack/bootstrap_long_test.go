@@ -20,8 +20,9 @@ import (
 // TestBootstrapNPCIsCoherent trains the NPC of the default bootstrap, as
 // `parley dev` does on a first start, and holds it to issue 15's bars on
 // the held-out players of two population seeds: at least 90 % of its
-// replies well-formed, and the players' mean hazard after its first reply
-// at most the scripted generic NPC's. Minutes on 2 cores.
+// replies well-formed, the players' mean hazard after its first reply at
+// most the scripted generic NPC's, and at least half of its first replies
+// naming one of the player's interests. Minutes on 2 cores.
 func TestBootstrapNPCIsCoherent(t *testing.T) {
 	ctx := context.Background()
 	dir, regDir := t.TempDir(), filepath.Join(t.TempDir(), "registry")
@@ -62,6 +63,9 @@ func TestBootstrapNPCIsCoherent(t *testing.T) {
 		}
 		if res.HazardDiff.Mean > 0 {
 			t.Errorf("population seed %d: hazard after the first reply %s above the generic NPC's %s", seed, res.Hazard, res.GenericHazard)
+		}
+		if res.OnTopic.Mean < 0.5 {
+			t.Errorf("population seed %d: %.3f of the first replies on the player's topic; want at least half", seed, res.OnTopic.Mean)
 		}
 	}
 }

@@ -23,7 +23,7 @@ func TestBootstrapTrainsBothAgentsOnce(t *testing.T) {
 	cfg := DefaultBootstrapConfig()
 	// Enough players that the held-out ones make 100 decisions.
 	cfg.Players, cfg.DialoguesPerPlayer, cfg.NPCDialoguesPerPlayer = 120, 3, 3
-	cfg.Steps, cfg.BatchSize, cfg.Arch = 3, 2, testenv.TinyModelConfig(512)
+	cfg.Steps, cfg.BatchSize, cfg.NPCSteps, cfg.NPCBatchSize, cfg.Arch = 3, 2, 3, 2, testenv.TinyModelConfig(512)
 	log := slog.New(slog.DiscardHandler)
 	ctx := context.Background()
 	if err := Bootstrap(ctx, cfg, dataDir, regDir, io.Discard, log); err != nil {
