@@ -50,7 +50,7 @@ type BootstrapConfig struct {
 // layers, with a 1,024-token vocabulary; 4 MB a checkpoint). The user
 // agent trains 250 steps of 16 sequences (about 6,300 tokens a step, 1.6M
 // in all); the NPC 1,000 steps of 8 (about 3,800 tokens a step, 3.8M),
-// because copying the player's word takes optimizer steps more than
+// because copying the player's word needs both optimizer steps and
 // tokens (docs/experiments/README.md, "How long the first NPC trains").
 // The user agent learns from the ~940 dialogues of 300 generated players
 // with scripted NPCs of mixed quality and is published calibrated, with
