@@ -71,6 +71,14 @@ type CycleConfig struct {
 	// gate), and says why; nil publishes every candidate and leaves the
 	// judgement to the A/B test.
 	Gate func(candidate, parent CycleEval) (bool, string) `json:"-"`
+	// Referee, when set, must pass the user agent before the cycle trains
+	// against it: measured on sibling turns of the serving version, once
+	// per pair of versions. A user agent that does not rank the players'
+	// choices among such turns teaches RL its own noise, and the A/B test
+	// then finds the candidate worse only after players met it
+	// (docs/experiments/README.md, loop run 11). Nil trains against any
+	// user agent.
+	Referee *RefereeGate `json:"-"`
 	// DefaultCard is the NPC's system prompt.
 	DefaultCard string                  `json:"default_card"`
 	Backend     inference.BackendConfig `json:"backend"`
@@ -150,11 +158,14 @@ type CycleResult struct {
 	// started from, UserAgent the user-agent version it trained against.
 	Version string `json:"version"`
 	Parent  string `json:"parent"`
-	// Published is false when Gate refused the candidate; GateReason is
-	// the gate's word either way.
+	// Published is false when Gate refused the candidate or there is
+	// none; GateReason is the gate's word either way.
 	Published  bool   `json:"published"`
 	GateReason string `json:"gate_reason,omitempty"`
 	UserAgent  string `json:"user_agent"`
+	// Referee is the referee gate's verdict on the user agent (nil without
+	// CycleConfig.Referee); when it did not pass, the cycle trained nothing.
+	Referee *RefereeVerdict `json:"referee,omitempty"`
 	// Candidate and ParentEval are the evaluations on the held-out players:
 	// UA… with the user agent (α = 1), GT… with the ground-truth personas
 	// (zero without a population).
@@ -194,6 +205,19 @@ type cycleState struct {
 	LastVersion string    `json:"last_version,omitempty"`
 	// Last is what the last finished cycle measured; nil before the first.
 	Last *cycleOutcome `json:"last,omitempty"`
+	// Referee is the referee gate's last verdict, kept for its pair of
+	// versions.
+	Referee *RefereeVerdict `json:"referee,omitempty"`
+}
+
+// RefereeVerdict is the referee gate's verdict on the user agent version
+// UserAgent as the referee of RL from the NPC version NPC.
+type RefereeVerdict struct {
+	NPC       string            `json:"npc"`
+	UserAgent string            `json:"user_agent"`
+	Passed    bool              `json:"passed"`
+	Reason    string            `json:"reason"`
+	Report    *rl.RefereeReport `json:"report"`
 }
 
 // cycleOutcome is the verdict of a cycle's referee gate, the evaluations it
@@ -313,6 +337,22 @@ func (c *Cycle) RunOnce(ctx context.Context) (*CycleResult, error) {
 		return nil, fmt.Errorf("at-grpo cycle: no version of %q: %w", c.cfg.UserAgentModel, registry.ErrNotFound)
 	}
 	res := &CycleResult{Parent: parent, UserAgent: uaVersion}
+	if c.cfg.Referee != nil {
+		if res.Referee, err = c.refereed(ctx, parent, uaVersion, ds); err != nil {
+			return nil, fmt.Errorf("at-grpo cycle: %w", err)
+		}
+		if !res.Referee.Passed {
+			c.logger.Warn("at-grpo cycle waits for a user agent that passes the referee gate", "parent", parent, "user_agent", uaVersion, "reason", res.Referee.Reason)
+			res.Seconds = time.Since(start).Seconds()
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			c.state.TrainedUpTo, c.state.LastAt = upTo, c.now()
+			if err := c.save(); err != nil {
+				return res, fmt.Errorf("at-grpo cycle: %w", err)
+			}
+			return res, nil
+		}
+	}
 	c.logger.Info("at-grpo cycle", "parent", parent, "user_agent", uaVersion, "steps", c.cfg.RL.Steps,
 		"train_prompts", len(pool), "held_out_prompts", len(held))
 
@@ -467,6 +507,27 @@ func (c *Cycle) RunOnce(ctx context.Context) (*CycleResult, error) {
 		return res, fmt.Errorf("at-grpo cycle: %w", err)
 	}
 	return res, nil
+}
+
+// refereed is the referee gate's verdict on the user agent version ua as
+// the referee of RL from the NPC version npc: the kept one for that pair,
+// else measured now with window's demos and kept.
+func (c *Cycle) refereed(ctx context.Context, npc, ua string, window []schema.Dialogue) (*RefereeVerdict, error) {
+	c.mu.Lock()
+	v := c.state.Referee
+	c.mu.Unlock()
+	if v != nil && v.NPC == npc && v.UserAgent == ua {
+		return v, nil
+	}
+	rep, pass, why, err := c.cfg.Referee.Judge(ctx, npc, ua, window)
+	if err != nil {
+		return nil, err
+	}
+	v = &RefereeVerdict{NPC: npc, UserAgent: ua, Passed: pass, Reason: why, Report: rep}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.state.Referee = v
+	return v, c.save()
 }
 
 // compareCycle pairs the candidate's dialogues with the parent's (rl.Compare):

@@ -8,10 +8,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/parleyhq/parley/inference/registry"
+	"github.com/parleyhq/parley/learner/rl"
 	"github.com/parleyhq/parley/schema"
 	"github.com/parleyhq/parley/simulator"
 )
@@ -101,6 +104,8 @@ func TestCyclePublishesCandidateWithMetricsAndCurves(t *testing.T) {
 		t.Fatalf("after a killed cycle npc versions = %v; want [v1]", got)
 	}
 
+	// A referee gate that any user agent passes lets the cycle train.
+	cfg.Referee = cycleReferee(t, cfg, root, looseRefereeThresholds(), nil)
 	c, err = NewCycle(cfg, store, root, dataDir, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -114,6 +119,9 @@ func TestCyclePublishesCandidateWithMetricsAndCurves(t *testing.T) {
 	}
 	if res.Version != "v2" || res.Parent != "v1" || res.UserAgent != "v1" {
 		t.Fatalf("cycle = version %q parent %q user agent %q; want v2 from v1 against v1", res.Version, res.Parent, res.UserAgent)
+	}
+	if v := res.Referee; v == nil || !v.Passed || v.NPC != "v1" || v.UserAgent != "v1" || v.Report == nil {
+		t.Errorf("referee verdict %+v; want user agent v1 passed as the referee of npc v1, with its report", v)
 	}
 	if c.due() {
 		t.Errorf("cycle still due right after one ran on every stored session")
@@ -166,6 +174,7 @@ func TestCyclePublishesCandidateWithMetricsAndCurves(t *testing.T) {
 	}
 
 	// A gate that refuses every candidate: the next cycle publishes nothing.
+	cfg.Referee = nil
 	cfg.Gate = func(cand, parent CycleEval) (bool, string) { return false, "refused by the test" }
 	c, err = NewCycle(cfg, store, root, dataDir, nil)
 	if err != nil {
@@ -180,6 +189,101 @@ func TestCyclePublishesCandidateWithMetricsAndCurves(t *testing.T) {
 	}
 	if got := registryVersions(t, root, "npc"); !slices.Equal(got, []string{"v1", "v2"}) {
 		t.Errorf("after a refused candidate npc versions = %v; want [v1 v2]", got)
+	}
+}
+
+// cycleReferee is a tiny referee gate on the cycle fixture's players and
+// registry with thresholds th.
+func cycleReferee(t *testing.T, cfg CycleConfig, root string, th rl.RefereeThresholds, logger *slog.Logger) *RefereeGate {
+	rc := DefaultRefreshConfig()
+	rc.SFT = tinySFTConfig(t, RoleUser)
+	rc.Referee = tinyReferee(cfg.PlayersSeed)
+	rc.Referee.Players = cfg.Players
+	rc.Referee.Thresholds = th
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return newRefereeGate(rc, root, logger)
+}
+
+// countMessages counts the log records of each message.
+type countMessages struct {
+	mu *sync.Mutex
+	n  map[string]int
+}
+
+func (h countMessages) Enabled(context.Context, slog.Level) bool { return true }
+func (h countMessages) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.n[r.Message]++
+	return nil
+}
+func (h countMessages) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h countMessages) WithGroup(string) slog.Handler      { return h }
+
+func (h countMessages) count(msg string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n[msg]
+}
+
+// TestCycleWaitsForAReferee runs a cycle whose user agent fails the
+// production referee gate (a tiny agent is far from τ ≥ 0.30): it trains
+// and publishes nothing, keeps the verdict and is no longer due. A
+// restarted cycle on more sessions uses the kept verdict for the same pair
+// of versions without measuring again, and still waits.
+func TestCycleWaitsForAReferee(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains two models: skipped in -short")
+	}
+	cfg, store, root := cycleFixture(t)
+	dataDir := t.TempDir()
+	logs := countMessages{mu: &sync.Mutex{}, n: map[string]int{}}
+	cfg.Referee = cycleReferee(t, cfg, root, rl.DefaultRefereeThresholds(), slog.New(logs))
+	c, err := NewCycle(cfg, store, root, dataDir, slog.New(logs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.RunOnce(context.Background())
+	if err != nil {
+		t.Fatalf("RunOnce: %v", err)
+	}
+	v := res.Referee
+	if v == nil || v.Passed || v.NPC != "v1" || v.UserAgent != "v1" || v.Report == nil || !strings.HasPrefix(v.Reason, "referee: ") {
+		t.Fatalf("referee verdict %+v; want user agent v1 refused by the production thresholds as the referee of npc v1", v)
+	}
+	if res.Version != "" || res.Published || len(res.Steps) > 0 {
+		t.Errorf("cycle without a referee: version %q, published %v, %d steps; want nothing trained", res.Version, res.Published, len(res.Steps))
+	}
+	if got := registryVersions(t, root, "npc"); !slices.Equal(got, []string{"v1"}) {
+		t.Errorf("npc versions = %v; want [v1]", got)
+	}
+	if c.due() {
+		t.Errorf("cycle still due after waiting on every stored session")
+	}
+	if n := logs.count("user-agent referee"); n != 1 {
+		t.Errorf("referee measured %d times; want once", n)
+	}
+
+	if _, err := store.Append(generatedCorpus(t, 4, 2, 4, 9)); err != nil {
+		t.Fatal(err)
+	}
+	c, err = NewCycle(cfg, store, root, dataDir, slog.New(logs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err = c.RunOnce(context.Background()); err != nil {
+		t.Fatalf("restarted RunOnce: %v", err)
+	}
+	if res.Referee == nil || res.Referee.Passed || res.Version != "" {
+		t.Errorf("restarted cycle: referee %+v, version %q; want the kept refusal and nothing trained", res.Referee, res.Version)
+	}
+	if n := logs.count("user-agent referee"); n != 1 {
+		t.Errorf("referee measured %d times for one pair of versions; want once", n)
+	}
+	if n := logs.count("at-grpo cycle waits for a user agent that passes the referee gate"); n != 2 {
+		t.Errorf("%d waiting messages; want 2", n)
 	}
 }
 

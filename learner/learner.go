@@ -108,6 +108,13 @@ func New(cfg Config, deps Deps) (*Learner, error) {
 // Store returns the session store.
 func (l *Learner) Store() *Store { return l.store }
 
+// RefereeGate returns the refresh's referee gate, for the AT-GRPO cycle to
+// judge the user agent it would train against by the same rule; nil when
+// the referee is off (no ground-truth population).
+func (l *Learner) RefereeGate() *RefereeGate {
+	return newRefereeGate(l.cfg.Refresh, l.cfg.Registry, l.logger)
+}
+
 // ConsumerStats returns the consumer's counters.
 func (l *Learner) ConsumerStats() ConsumerStats { return l.consumer.Stats() }
 

@@ -550,10 +550,11 @@ func (r *refresher) gate(parent string, window []schema.Dialogue, found *gateFin
 		if err != nil {
 			return GateVerdict{}, err
 		}
-		rc := r.cfg.Referee
-		if rc.Players.Size == 0 {
+		g := newRefereeGate(r.cfg, r.registry, r.logger)
+		if g == nil {
 			return GateVerdict{Publish: true, Reason: why, Metrics: metrics, Files: files}, nil
 		}
+		rc := g.cfg
 		npc, err := currentVersion(ctx, r.registry, rc.NPCModel)
 		if err != nil {
 			return GateVerdict{}, fmt.Errorf("referee: %w", err)
@@ -562,20 +563,14 @@ func (r *refresher) gate(parent string, window []schema.Dialogue, found *gateFin
 			r.logger.Warn("user-agent referee skipped: no NPC version writes the siblings", "npc_model", rc.NPCModel)
 			return GateVerdict{Publish: true, Reason: why + "; referee skipped: no " + rc.NPCModel + " version", Metrics: metrics, Files: files}, nil
 		}
-		j, err := r.newReferee(ctx, npc, window)
+		j, err := g.sample(ctx, npc, window)
 		if err != nil {
 			return GateVerdict{}, err
 		}
 		defer j.stop()
 		if parent != "" {
-			ua, stop, err := serveUserAgent(filepath.Join(r.registry, r.cfg.SFT.Model, parent), rc.UserAgent, r.cfg.SFT.Backend, r.logger)
-			if err != nil {
-				return GateVerdict{}, fmt.Errorf("referee: current user agent: %w", err)
-			}
-			found.refereeBefore, err = j.judge(ctx, ua)
-			stop()
-			if err != nil {
-				return GateVerdict{}, fmt.Errorf("referee: current user agent %s: %w", parent, err)
+			if found.refereeBefore, err = g.judgeVersion(ctx, j, parent); err != nil {
+				return GateVerdict{}, fmt.Errorf("referee: current %w", err)
 			}
 		}
 		ua, stop, err := userAgentOn(m, tok, cal.userAgent(rc.UserAgent), r.logger)
@@ -651,7 +646,62 @@ func refereeAttrs(rep *rl.RefereeReport) []any {
 		"pearson", rep.Pearson, "pearson_within", rep.PearsonWithin, "sim_real_avg_l", rep.SimRealAvgL, "sim_avg_l", rep.SimAvgL, "real_avg_l", rep.RealAvgL}
 }
 
-// referee is one refresh's referee: the NPC version that writes the
+// RefereeGate measures published user agents against the hidden hazard of
+// a ground-truth population (RefereeGateConfig): the refresh's gate on a
+// refreshed user agent, and the AT-GRPO cycle's on the user agent it would
+// train against. The personas held out of the user agent's training (its
+// SFT split) play.
+type RefereeGate struct {
+	cfg      RefereeGateConfig
+	sft      SFTConfig
+	registry string
+	logger   *slog.Logger
+}
+
+// newRefereeGate is the referee of user agents refreshed with cfg in the
+// registry at root; nil when cfg's referee is off.
+func newRefereeGate(cfg RefreshConfig, root string, logger *slog.Logger) *RefereeGate {
+	if cfg.Referee.Players.Size == 0 {
+		return nil
+	}
+	return &RefereeGate{cfg: cfg.Referee, sft: cfg.SFT, registry: root, logger: logger}
+}
+
+// Judge measures the published user agent version ua, with the calibration
+// its version carries, on sibling groups written by the NPC version npc,
+// and says whether it passes the thresholds; window's dialogues of the
+// held-out players give its style demos.
+func (g *RefereeGate) Judge(ctx context.Context, npc, ua string, window []schema.Dialogue) (rep *rl.RefereeReport, pass bool, reason string, err error) {
+	j, err := g.sample(ctx, npc, window)
+	if err != nil {
+		return nil, false, "", err
+	}
+	defer j.stop()
+	if rep, err = g.judgeVersion(ctx, j, ua); err != nil {
+		return nil, false, "", fmt.Errorf("referee: %w", err)
+	}
+	pass, reason = rep.Pass(nil, g.cfg.Thresholds)
+	g.logger.Info("user-agent referee", "npc", npc, "user_agent", ua, "passed", pass, "reason", reason,
+		"seconds", time.Since(j.began).Seconds(), "groups", rep.Groups, "ranked_groups", rep.RankedGroups, "hazard_within_share", rep.HazardWithinShare)
+	return rep, pass, reason, nil
+}
+
+// judgeVersion measures the published user agent version ua, with the
+// calibration its version carries, on j's sample.
+func (g *RefereeGate) judgeVersion(ctx context.Context, j *referee, ua string) (*rl.RefereeReport, error) {
+	agent, stop, err := serveUserAgent(filepath.Join(g.registry, g.sft.Model, ua), g.cfg.UserAgent, g.sft.Backend, g.logger)
+	if err != nil {
+		return nil, fmt.Errorf("user agent %s: %w", ua, err)
+	}
+	defer stop()
+	rep, err := j.judge(ctx, agent)
+	if err != nil {
+		return nil, fmt.Errorf("user agent %s: %w", ua, err)
+	}
+	return rep, nil
+}
+
+// referee is one measurement's referee: the NPC version that writes the
 // siblings, served, and the sample every user agent is judged on.
 type referee struct {
 	cfg    RefereeGateConfig
@@ -663,17 +713,17 @@ type referee struct {
 	stop   func()
 }
 
-// newReferee serves NPC version npc and samples the referee's groups and
-// real dialogues on the held-out personas, whose dialogues in window
-// give the user agent its style demos.
-func (r *refresher) newReferee(ctx context.Context, npc string, window []schema.Dialogue) (*referee, error) {
-	rc := r.cfg.Referee
+// sample serves NPC version npc and samples the referee's groups and real
+// dialogues on the held-out personas, whose dialogues in window give the
+// user agent its style demos.
+func (g *RefereeGate) sample(ctx context.Context, npc string, window []schema.Dialogue) (*referee, error) {
+	rc := g.cfg
 	j := &referee{cfg: rc, began: time.Now()}
-	m, tok, _, err := inference.LoadCheckpoint(filepath.Join(r.registry, rc.NPCModel, npc), r.cfg.SFT.Backend)
+	m, tok, _, err := inference.LoadCheckpoint(filepath.Join(g.registry, rc.NPCModel, npc), g.sft.Backend)
 	if err != nil {
 		return nil, fmt.Errorf("referee: %w", err)
 	}
-	eng, stop, err := cycleEngine(m, inference.ParleyChatFormat(tok), r.logger)
+	eng, stop, err := cycleEngine(m, inference.ParleyChatFormat(tok), g.logger)
 	if err != nil {
 		return nil, fmt.Errorf("referee: %w", err)
 	}
@@ -688,8 +738,7 @@ func (r *refresher) newReferee(ctx context.Context, npc string, window []schema.
 		stop()
 		return nil, fmt.Errorf("referee: %w", err)
 	}
-	prompts := r.refereePrompts(pop, window)
-	if j.sample, err = rl.SampleReferee(ctx, rc.Measure, pol, rl.NewPlayerEnv(pop), prompts); err != nil {
+	if j.sample, err = rl.SampleReferee(ctx, rc.Measure, pol, rl.NewPlayerEnv(pop), g.prompts(pop, window)); err != nil {
 		stop()
 		return nil, fmt.Errorf("referee: %w", err)
 	}
@@ -715,12 +764,12 @@ func (j *referee) judge(ctx context.Context, ua *simulator.UserAgent) (*rl.Refer
 	return &rep, nil
 }
 
-// refereePrompts opens one fresh conversation per group or dialogue of the
+// prompts opens one fresh conversation per group or dialogue of the
 // referee, cycling through the personas held out of the user agent's
 // training (all personas when none is), each with up to two of its
 // player's dialogues in window as the user agent's style demos.
-func (r *refresher) refereePrompts(pop *simulator.Population, window []schema.Dialogue) []rl.Prompt {
-	rc, sft := r.cfg.Referee, r.cfg.SFT
+func (g *RefereeGate) prompts(pop *simulator.Population, window []schema.Dialogue) []rl.Prompt {
+	rc, sft := g.cfg, g.sft
 	var ps []*simulator.Persona
 	for _, p := range pop.Players() {
 		if heldOutPlayer(p.ID, sft.HeldOutShare, sft.Seed) {

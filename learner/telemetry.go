@@ -28,6 +28,7 @@ const (
 	metricCycleAccepted   = "parley.learner.cycle.last_accepted"
 	metricCycleGate       = "parley.learner.cycle.gate"
 	metricCycleLoss       = "parley.learner.cycle.last_loss"
+	metricCycleReferee    = "parley.learner.cycle.referee_passed"
 )
 
 // RegisterMetrics reports the learner's health on meter at every
@@ -132,10 +133,11 @@ func (l *Learner) RegisterMetrics(meter metric.Meter) (metric.Registration, erro
 func (c *Cycle) RegisterMetrics(meter metric.Meter) (metric.Registration, error) {
 	runs, err1 := meter.Int64ObservableCounter(metricCycleRuns, metric.WithDescription("AT-GRPO cycles finished (kept across restarts)."))
 	lastRun, err2 := meter.Float64ObservableGauge(metricCycleLastRun, metric.WithDescription("Unix time of the last cycle (or failed attempt)."), metric.WithUnit("s"))
-	accepted, err3 := meter.Float64ObservableGauge(metricCycleAccepted, metric.WithDescription("1 when the referee gate published the last cycle's candidate, else 0."))
-	gate, err4 := meter.Float64ObservableGauge(metricCycleGate, metric.WithDescription("The referee gate's inputs of the last cycle: stat avg_l or avg_r of policy candidate or parent with env ua (user agent) or gt (ground truth)."))
+	accepted, err3 := meter.Float64ObservableGauge(metricCycleAccepted, metric.WithDescription("1 when the eval gate published the last cycle's candidate, else 0."))
+	gate, err4 := meter.Float64ObservableGauge(metricCycleGate, metric.WithDescription("The eval gate's inputs of the last cycle: stat avg_l or avg_r of policy candidate or parent with env ua (user agent) or gt (ground truth)."))
 	loss, err5 := meter.Float64ObservableGauge(metricCycleLoss, metric.WithDescription("AT-GRPO loss of the last step of the last cycle."))
-	if err := errors.Join(err1, err2, err3, err4, err5); err != nil {
+	referee, err6 := meter.Float64ObservableGauge(metricCycleReferee, metric.WithDescription("1 when the user agent passed the referee gate as the referee of RL from the serving version, 0 while the cycle waits for one that does."))
+	if err := errors.Join(err1, err2, err3, err4, err5, err6); err != nil {
 		return nil, err
 	}
 	return meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
@@ -143,6 +145,9 @@ func (c *Cycle) RegisterMetrics(meter metric.Meter) (metric.Registration, error)
 		st := c.state
 		c.mu.Unlock()
 		o.ObserveInt64(runs, int64(st.Cycles))
+		if v := st.Referee; v != nil {
+			o.ObserveFloat64(referee, boolFloat(v.Passed), metric.WithAttributes(attribute.String("npc", v.NPC), attribute.String("user_agent", v.UserAgent)))
+		}
 		if !st.LastAt.IsZero() {
 			o.ObserveFloat64(lastRun, float64(st.LastAt.UnixMilli())/1000)
 		}
@@ -168,7 +173,7 @@ func (c *Cycle) RegisterMetrics(meter metric.Meter) (metric.Registration, error)
 		}
 		o.ObserveFloat64(loss, res.Loss)
 		return nil
-	}, runs, lastRun, accepted, gate, loss)
+	}, runs, lastRun, accepted, gate, loss, referee)
 }
 
 func boolFloat(b bool) float64 {

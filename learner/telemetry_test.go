@@ -44,6 +44,7 @@ func TestHealthMetrics(t *testing.T) {
 	}
 	cycle.state.Cycles = 4
 	cycle.state.Last = &cycleOutcome{Published: false, Candidate: CycleEval{UAAvgL: 5.5}, ParentEval: CycleEval{UAAvgL: 6}, Loss: 0.7}
+	cycle.state.Referee = &RefereeVerdict{NPC: "v2", UserAgent: "v1", Passed: false, Reason: "referee: Pearson 0.2 < 0.60"}
 	creg, err := cycle.RegisterMetrics(meter)
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +72,7 @@ func TestHealthMetrics(t *testing.T) {
 	for name, want := range map[string]int{
 		metricConsumerLag: 2, metricStored: 1, metricOpenSessions: 1, metricRefreshRuns: 1, metricRefreshPub: 1,
 		metricRefreshLastRun: 1, metricRefreshAccepted: 1, metricRefreshGate: 6 + 5 + 5, metricRefreshLoss: 1,
-		metricCycleRuns: 1, metricCycleLastRun: 1, metricCycleAccepted: 1, metricCycleGate: 8, metricCycleLoss: 1,
+		metricCycleRuns: 1, metricCycleLastRun: 1, metricCycleAccepted: 1, metricCycleGate: 8, metricCycleLoss: 1, metricCycleReferee: 1,
 	} {
 		if points[name] != want {
 			t.Errorf("%s: %d points; want %d", name, points[name], want)
@@ -79,7 +80,7 @@ func TestHealthMetrics(t *testing.T) {
 	}
 	for name, want := range map[string]float64{
 		metricRefreshRuns: 2, metricRefreshLoss: 1.5, metricRefreshAccepted: 1,
-		metricCycleRuns: 4, metricCycleLoss: 0.7, metricCycleAccepted: 0,
+		metricCycleRuns: 4, metricCycleLoss: 0.7, metricCycleAccepted: 0, metricCycleReferee: 0,
 	} {
 		if value[name] != want {
 			t.Errorf("%s = %v; want %v", name, value[name], want)
