@@ -26,7 +26,8 @@ durable store under --data-dir; every --refresh-sessions new ended sessions (or
 --refresh-every) it fine-tunes the user agent on them plus a replay sample and publishes the
 new version only if it is at least as faithful on held-out players. Every --cycle-sessions
 (or --cycle-every) it runs --cycle-steps AT-GRPO steps from the serving policy against the
-newest user agent, evaluates the candidate against its parent and publishes it to the
+newest user agent, once that agent passes the referee gate on the serving policy's turns
+(--cycle-referee; until then the cycle waits and says why), evaluates the candidate against its parent and publishes it to the
 registry with its metrics and curves; promotion stays live-ops' call. With --redis-addr it
 also follows the running canary experiment and rolls it back on a guardrail breach.`,
 		Args: cobra.NoArgs,
@@ -57,6 +58,7 @@ also follows the running canary experiment and rolls it back on a guardrail brea
 	f.IntVar(&cfg.Cycle.EverySessions, "cycle-sessions", cfg.Cycle.EverySessions, "run a cycle after this many new ended sessions")
 	f.DurationVar(&cfg.Cycle.Every, "cycle-every", cfg.Cycle.Every, "run a cycle after this long (with enough new sessions)")
 	f.IntVar(&cfg.Cycle.RL.Steps, "cycle-steps", cfg.Cycle.RL.Steps, "AT-GRPO steps per cycle")
+	f.BoolVar(&cfg.CycleReferee, "cycle-referee", cfg.CycleReferee, "train only against a user agent that passes the refresh's referee gate (false: against any)")
 	redisFlags(f, &cfg.RedisAddr, &cfg.RedisMasterName, &cfg.RedisCluster, "Redis of the rollout state; set to run the A/B watchdog and start cycles from the stable version")
 	f.StringVar(&cfg.KeyPrefix, "key-prefix", cfg.KeyPrefix, "prefix of every Redis key")
 	f.StringVar(&cfg.MetricsAddr, "metrics-addr", cfg.MetricsAddr, "serve Prometheus metrics on http://ADDR/metrics (host:port; empty: none, OTLP only)")

@@ -45,6 +45,11 @@ type Config struct {
 	// when Redis is given, else from the registry's newest version.
 	Cycle        learner.CycleConfig
 	CycleEnabled bool
+	// CycleReferee has the cycle train only against a user agent that
+	// passes the refresh's referee gate (learner.Learner.RefereeGate), as
+	// the referee of RL from the serving version; off, or with the
+	// referee off, it trains against any user agent.
+	CycleReferee bool
 	// MetricsAddr, when set, serves the process's Prometheus metrics on
 	// http://MetricsAddr/metrics (the learner has no other HTTP server).
 	MetricsAddr string
@@ -53,7 +58,7 @@ type Config struct {
 // DefaultConfig runs the learner with its defaults and no watchdog.
 func DefaultConfig() Config {
 	return Config{Learner: learner.DefaultConfig(), KeyPrefix: "parley:", Watchdog: abtest.DefaultWatchdogConfig(),
-		AnalysisGroup: "parley-abtest", Cycle: learner.DefaultCycleConfig(), CycleEnabled: true}
+		AnalysisGroup: "parley-abtest", Cycle: learner.DefaultCycleConfig(), CycleEnabled: true, CycleReferee: true}
 }
 
 func (c Config) redis() redisconn.Config {
@@ -142,6 +147,9 @@ func Run(ctx context.Context, cfg Config, tel *telemetry.Telemetry) error {
 	}
 	if cfg.CycleEnabled {
 		cc := cfg.Cycle
+		if cfg.CycleReferee {
+			cc.Referee = l.RefereeGate()
+		}
 		if rc != nil {
 			dep := cfg.Watchdog.Deployment
 			cc.Serving = func(ctx context.Context) (string, error) {

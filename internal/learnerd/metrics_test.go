@@ -59,7 +59,8 @@ func TestMetricsAfterTraffic(t *testing.T) {
 	writeFile(t, filepath.Join(lc.Learner.DataDir, "refresh.json"), `{"refreshes": 1, "published": 1, "last_at": "2026-12-01T10:00:00Z",
 		"last": {"published": true, "rho_before": 0.21, "rho_after": 0.34, "term_log_loss_before": 0.6, "term_log_loss_after": 0.55, "end_log_loss_before": 0.52, "end_log_loss_after": 0.48, "loss": 1.9}}`)
 	writeFile(t, filepath.Join(lc.Learner.DataDir, "cycle", "cycle.json"), `{"cycles": 1, "last_at": "2026-12-01T11:00:00Z",
-		"last": {"published": false, "candidate": {"ua_avg_l": 5.1}, "parent_eval": {"ua_avg_l": 5.4}, "loss": 0.07}}`)
+		"last": {"published": false, "candidate": {"ua_avg_l": 5.1}, "parent_eval": {"ua_avg_l": 5.4}, "loss": 0.07},
+		"referee": {"npc": "v1", "user_agent": "v1", "passed": false, "reason": "referee: Pearson 0.245 < 0.60"}}`)
 
 	done := make(chan error, 2)
 	go func() { done <- gatewayd.Run(ctx, gw, tel) }()
@@ -105,6 +106,7 @@ func TestMetricsAfterTraffic(t *testing.T) {
 		`parley_learner_cycle_last_accepted{.*} 0$`,
 		`parley_learner_cycle_gate{env="ua",.*policy="parent",stat="avg_l"} 5.4$`,
 		`parley_learner_cycle_last_loss{.*} 0.07$`,
+		`parley_learner_cycle_referee_passed{.*npc="v1".*user_agent="v1".*} 0$`,
 	}
 	stored := regexp.MustCompile(`(?m)^parley_learner_stored_dialogues{[^}]*} ([0-9.e+]+)$`)
 	var body []byte

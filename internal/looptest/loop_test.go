@@ -179,12 +179,24 @@ func playBots(t *testing.T, ctx context.Context, began time.Time, phase string, 
 
 // waitCandidate waits up to d for the cycle's candidate npc/v2 and
 // returns its verified manifest.
-func waitCandidate(t *testing.T, ctx context.Context, reg *registry.Local, d time.Duration) schema.Manifest {
+func waitCandidate(t *testing.T, ctx context.Context, reg *registry.Local, learnerDir string, d time.Duration) schema.Manifest {
 	t.Helper()
+	// The cycle keeps its referee verdict in its state; one that refused
+	// the user agent means no candidate comes.
+	var cycle struct {
+		Referee *learner.RefereeVerdict `json:"referee"`
+	}
+	refused := func() bool {
+		return readJSON(filepath.Join(learnerDir, "cycle", "cycle.json"), &cycle) && cycle.Referee != nil && !cycle.Referee.Passed
+	}
 	waitFor(t, ctx, d, "an at-grpo candidate npc/v2", func() bool {
 		_, err := reg.Manifest(ctx, "npc", "v2")
-		return err == nil
+		return err == nil || refused()
 	})
+	if refused() {
+		v := cycle.Referee
+		t.Fatalf("no candidate: the cycle waits for a user agent that passes the referee gate; user agent %s on npc %s: %s", v.UserAgent, v.NPC, v.Reason)
+	}
 	man, err := reg.Verify(ctx, "npc", "v2")
 	if err != nil {
 		t.Fatal(err)
@@ -288,12 +300,13 @@ func TestClosedLoop(t *testing.T) {
 	cy.EvalPrompts, cy.EvalDepth, cy.CurvePrompts, cy.CurveEvery = 16, botMaxTurns, 8, 2
 	cy.Players, cy.PlayersSeed = players.Population, botSeed
 	cy.Players.Size = botPlayers
-	// The refresh's referee gate measures the user agent against the bots'
-	// own players on a few groups. A tiny user agent is far from the
-	// production thresholds (τ ≥ 0.30, Pearson ≥ 0.6, Avg.L ratio within
-	// [0.9, 1.1]), so the loop sets them explicitly: any measured values
-	// pass, and only the rule that a refresh is no worse than the current
-	// user agent still applies.
+	// The refresh's referee gate, which the cycle applies too before it
+	// trains, measures the user agent against the bots' own players on a
+	// few groups. A tiny user agent is far from the production thresholds
+	// (τ ≥ 0.30, Pearson ≥ 0.6, Avg.L ratio within [0.9, 1.1]), so the
+	// loop sets them explicitly: any measured values pass, and only the
+	// rule that a refresh is no worse than the current user agent still
+	// applies.
 	ref := &lc.Learner.Refresh.Referee
 	ref.Players, ref.PlayersSeed, ref.Policy, ref.UserAgent = cy.Players, botSeed, cy.Policy, cy.UserAgent
 	ref.Measure = rl.RefereeConfig{Groups: 16, Siblings: 8, MaxContext: 2, Dialogues: 16, Depth: botMaxTurns, Resamples: 200, Parallel: 4, Seed: 1}
@@ -333,7 +346,7 @@ func TestClosedLoop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	man := waitCandidate(t, ctx, reg, 8*time.Minute)
+	man := waitCandidate(t, ctx, reg, lc.Learner.DataDir, 8*time.Minute)
 	if man.Algorithm != "at-grpo" || man.Parent != "v1" {
 		t.Fatalf("candidate npc/v2: algorithm %q parent %q; want at-grpo from v1", man.Algorithm, man.Parent)
 	}

@@ -102,7 +102,7 @@ func TestLoopPromotes(t *testing.T) {
 	window := players
 	window.Sessions = windowSessions
 	playBots(t, ctx, began, "window", window)
-	waitCandidate(t, ctx, reg, 40*time.Minute)
+	waitCandidate(t, ctx, reg, lc.Learner.DataDir, 40*time.Minute)
 
 	// 2. Live-ops canaries it at 50 %; new players come in rounds until
 	// the watchdog decides.
