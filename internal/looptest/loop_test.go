@@ -178,7 +178,9 @@ func playBots(t *testing.T, ctx context.Context, began time.Time, phase string, 
 }
 
 // waitCandidate waits up to d for the cycle's candidate npc/v2 and
-// returns its verified manifest.
+// returns its verified manifest. It fails at once when the cycle waits for
+// a user agent that passes the referee gate, and when a candidate came
+// without the referee's verdict.
 func waitCandidate(t *testing.T, ctx context.Context, reg *registry.Local, learnerDir string, d time.Duration) schema.Manifest {
 	t.Helper()
 	// The cycle keeps its referee verdict in its state; one that refused
@@ -197,6 +199,10 @@ func waitCandidate(t *testing.T, ctx context.Context, reg *registry.Local, learn
 		v := cycle.Referee
 		t.Fatalf("no candidate: the cycle waits for a user agent that passes the referee gate; user agent %s on npc %s: %s", v.UserAgent, v.NPC, v.Reason)
 	}
+	if !readJSON(filepath.Join(learnerDir, "cycle", "cycle.json"), &cycle) || cycle.Referee == nil {
+		t.Fatal("a candidate, but the cycle kept no referee verdict: it trained without asking the referee gate")
+	}
+	t.Logf("the cycle's referee gate: user agent %s on npc %s: %s", cycle.Referee.UserAgent, cycle.Referee.NPC, cycle.Referee.Reason)
 	man, err := reg.Verify(ctx, "npc", "v2")
 	if err != nil {
 		t.Fatal(err)
