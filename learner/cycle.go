@@ -220,7 +220,7 @@ type RefereeVerdict struct {
 	Report    *rl.RefereeReport `json:"report"`
 }
 
-// cycleOutcome is the verdict of a cycle's referee gate, the evaluations it
+// cycleOutcome is the verdict of a cycle's eval gate, the evaluations it
 // judged and the last AT-GRPO loss.
 type cycleOutcome struct {
 	Published  bool      `json:"published"`
@@ -308,7 +308,8 @@ func (c *Cycle) Run(ctx context.Context) error {
 
 // RunOnce runs one cycle now on the stored sessions. It returns nil and no
 // error when the store has too few players for training and held-out
-// prompts. A cycle stopped midway publishes nothing.
+// prompts, and a result with the verdict and nothing trained when Referee
+// refuses the user agent. A cycle stopped midway publishes nothing.
 func (c *Cycle) RunOnce(ctx context.Context) (*CycleResult, error) {
 	start := time.Now()
 	upTo := c.store.Len()
