@@ -40,14 +40,14 @@ test-faults:
 	$(GO) test -tags faults -count=1 -timeout 30m -v ./internal/faulttest/
 
 # The closed loop: bots → Kafka → user-agent refresh → AT-GRPO candidate →
-# canary at 50 % → A/B report → promote or roll back (about 10 minutes).
+# canary at 50 % → A/B report → promote or roll back (under a minute).
 test-loop:
 	$(GO) test -tags loop -count=1 -timeout 30m -v ./internal/looptest/
 
 # The loop in earnest (issue 15): the first-start models, one window of bot
-# sessions, a refresh and a twenty-step AT-GRPO cycle, a 50 % canary and the
-# watchdog promoting on the player-level A/B (about half an hour on 2 cores;
-# LOOP_DIR keeps the bootstrap between runs).
+# sessions, a refresh, the cycle's referee gate and a twenty-step AT-GRPO
+# cycle, a 50 % canary and the watchdog promoting on the player-level A/B
+# (about half an hour on 2 cores; LOOP_DIR keeps the bootstrap between runs).
 LOOP_DIR ?= $(DATA_DIR)/loop-promote
 loop-promote:
 	mkdir -p $(LOOP_DIR)
