@@ -185,24 +185,24 @@ func waitCandidate(t *testing.T, ctx context.Context, reg *registry.Local, learn
 	t.Helper()
 	// The cycle keeps its referee verdict in its state; one that refused
 	// the user agent means no candidate comes.
+	state := filepath.Join(learnerDir, "cycle", "cycle.json")
 	var cycle struct {
 		Referee *learner.RefereeVerdict `json:"referee"`
 	}
-	refused := func() bool {
-		return readJSON(filepath.Join(learnerDir, "cycle", "cycle.json"), &cycle) && cycle.Referee != nil && !cycle.Referee.Passed
-	}
 	waitFor(t, ctx, d, "an at-grpo candidate npc/v2", func() bool {
-		_, err := reg.Manifest(ctx, "npc", "v2")
-		return err == nil || refused()
+		if _, err := reg.Manifest(ctx, "npc", "v2"); err == nil {
+			return true
+		}
+		return readJSON(state, &cycle) && cycle.Referee != nil && !cycle.Referee.Passed
 	})
-	if refused() {
-		v := cycle.Referee
-		t.Fatalf("no candidate: the cycle waits for a user agent that passes the referee gate; user agent %s on npc %s: %s", v.UserAgent, v.NPC, v.Reason)
-	}
-	if !readJSON(filepath.Join(learnerDir, "cycle", "cycle.json"), &cycle) || cycle.Referee == nil {
+	if !readJSON(state, &cycle) || cycle.Referee == nil {
 		t.Fatal("a candidate, but the cycle kept no referee verdict: it trained without asking the referee gate")
 	}
-	t.Logf("the cycle's referee gate: user agent %s on npc %s: %s", cycle.Referee.UserAgent, cycle.Referee.NPC, cycle.Referee.Reason)
+	v := cycle.Referee
+	if !v.Passed {
+		t.Fatalf("no candidate: the cycle waits for a user agent that passes the referee gate; user agent %s on npc %s: %s", v.UserAgent, v.NPC, v.Reason)
+	}
+	t.Logf("the cycle's referee gate: user agent %s on npc %s: %s", v.UserAgent, v.NPC, v.Reason)
 	man, err := reg.Verify(ctx, "npc", "v2")
 	if err != nil {
 		t.Fatal(err)
