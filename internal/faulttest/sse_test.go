@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -99,7 +100,10 @@ func TestGatewayKilledDuringStreams(t *testing.T) {
 
 	// Rounds of n streams on fresh sessions, until a round has streams
 	// still open once every stream of it has begun: then A is killed.
-	// (The random tiny model often stops after a few tokens.)
+	// (The random tiny model often stops after a few tokens.) A stream the
+	// client has not finished reading may still be whole in its socket
+	// buffer, so a kill can come too late for every stream of the round;
+	// then A is started again and another round runs.
 	const n = 8
 	var (
 		ids     []string
@@ -141,7 +145,12 @@ func TestGatewayKilledDuringStreams(t *testing.T) {
 		if finished.Load() < n {
 			a.kill()
 			wg.Wait()
-			break
+			if slices.ContainsFunc(results, func(r streamResult) bool { return !r.done }) {
+				break
+			}
+			t.Logf("round %d: every stream was whole before the kill; starting A again", rounds)
+			a = startGateway(t, specA)
+			continue
 		}
 		wg.Wait()
 	}
@@ -157,9 +166,6 @@ func TestGatewayKilledDuringStreams(t *testing.T) {
 		if r.err == nil {
 			t.Errorf("stream %d ended without done and without an error", i)
 		}
-	}
-	if cut == 0 {
-		t.Fatalf("every stream finished before A was killed: the test proves nothing")
 	}
 
 	var maxWait time.Duration
