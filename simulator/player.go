@@ -237,22 +237,27 @@ func (c *Conversation) update(a Assessment, npcText string) {
 func (c *Conversation) repeats(ws []string) bool {
 	cur := set(ws)
 	for _, prev := range c.npcWords {
-		p := set(prev)
-		if len(cur) == 0 && len(p) == 0 {
-			return true
-		}
-		inter := 0
-		for w := range cur {
-			if p[w] {
-				inter++
-			}
-		}
-		union := len(cur) + len(p) - inter
-		if union > 0 && float64(inter)/float64(union) >= c.cfg.RepetitionJaccard {
+		if jaccard(cur, set(prev)) >= c.cfg.RepetitionJaccard {
 			return true
 		}
 	}
 	return false
+}
+
+// jaccard is the Jaccard similarity of two word sets; 1 when both are
+// empty.
+func jaccard(a, b map[string]bool) float64 {
+	inter := 0
+	for w := range a {
+		if b[w] {
+			inter++
+		}
+	}
+	union := len(a) + len(b) - inter
+	if union == 0 {
+		return 1
+	}
+	return float64(inter) / float64(union)
 }
 
 func set(ws []string) map[string]bool {

@@ -15,10 +15,12 @@ import (
 // Calibration maps the user agent's termination logit
 // z = log P([Terminate]) − log P([Continue]) of an NPC turn with features f
 // to P_T = σ(Scale·z + Offset + Early[f.Turn−1] + OnLast·f.OnLast +
-// OffTopic·f.OffTopic): a temperature and an offset fitted on logged
-// sessions (FitCalibration), so that the simulated players quit as often
-// as the real ones, and, where the agent has word topics, the first three
-// turns' own offsets and the weights of the turn's relevance to the player.
+// OffTopic·f.OffTopic + Repeat·f.Repeat): a temperature and an offset
+// fitted on logged sessions (FitCalibration), so that the simulated
+// players quit as often as the real ones, the first three turns' own
+// offsets, the weight of the turn's repeating what the NPC said before
+// and, where the agent has word topics, the weights of the turn's
+// relevance to the player.
 // A zero Scale counts as 1: the zero Calibration is P_T = σ(z), the model
 // as it is.
 type Calibration struct {
@@ -27,19 +29,20 @@ type Calibration struct {
 	Early    [3]float64 `json:"early"`
 	OnLast   float64    `json:"on_last,omitempty"`
 	OffTopic float64    `json:"off_topic,omitempty"`
+	Repeat   float64    `json:"repeat,omitempty"`
 }
 
 // Validate rejects a negative or non-finite scale and a non-finite offset
 // or weight.
 func (c Calibration) Validate() error {
 	finite := func(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
-	ok := c.Scale >= 0 && finite(c.Scale) && finite(c.Offset) && finite(c.OnLast) && finite(c.OffTopic)
+	ok := c.Scale >= 0 && finite(c.Scale) && finite(c.Offset) && finite(c.OnLast) && finite(c.OffTopic) && finite(c.Repeat)
 	for _, e := range c.Early {
 		ok = ok && finite(e)
 	}
 	if !ok {
-		return fmt.Errorf("user agent calibration: scale %g must be finite and not negative, offsets %g %v and weights %g, %g finite",
-			c.Scale, c.Offset, c.Early, c.OnLast, c.OffTopic)
+		return fmt.Errorf("user agent calibration: scale %g must be finite and not negative, offsets %g %v and weights %g, %g, %g finite",
+			c.Scale, c.Offset, c.Early, c.OnLast, c.OffTopic, c.Repeat)
 	}
 	return nil
 }
@@ -50,7 +53,7 @@ func (c Calibration) TerminationShare(logit float64, f TurnFeatures) float64 {
 	if scale == 0 {
 		scale = 1
 	}
-	x := scale*logit + c.Offset + c.OnLast*f.OnLast + c.OffTopic*f.OffTopic
+	x := scale*logit + c.Offset + c.OnLast*f.OnLast + c.OffTopic*f.OffTopic + c.Repeat*f.Repeat
 	if f.Turn >= 1 && f.Turn <= len(c.Early) {
 		x += c.Early[f.Turn-1]
 	}
@@ -87,25 +90,25 @@ func DecisionQueries(d schema.Dialogue, demos []PromptDialogue, risks []float64)
 	return queries, quit
 }
 
-// RelevancePrior is the spread of the normal prior on the calibration's
-// early-turn offsets and relevance weights (FitCalibration).
-const RelevancePrior = 2.0
+// FeaturePrior is the spread of the normal prior on the calibration's
+// early-turn offsets and feature weights (FitCalibration).
+const FeaturePrior = 2.0
 
 // FitCalibration returns the Calibration under which the end probability
 // p = min(2·P_T, 1) at α = 1 gives the observed decisions the highest
 // likelihood: a grid over Scale in [0.1, 3] and Offset in [−6, 6], then a
-// finer grid around the best point; when the decisions carry relevance,
-// Nelder–Mead from there fits all seven values together, within the grid's
-// bounds and with RelevancePrior on the early offsets and the weights, so
-// that what differs by turn does not go to the weights. It needs at least
-// one quit and one continue.
+// finer grid around the best point; when the decisions carry features
+// (relevance or repetition), Nelder–Mead from there fits all eight values
+// together, within the grid's bounds and with FeaturePrior on the early
+// offsets and the weights, so that what differs by turn does not go to the
+// weights. It needs at least one quit and one continue.
 func FitCalibration(ds []Decision) (Calibration, error) {
-	quits, relevant := 0, false
+	quits, featured := 0, false
 	for _, d := range ds {
 		if d.Quit {
 			quits++
 		}
-		relevant = relevant || d.Features.OnLast != 0 || d.Features.OffTopic != 0
+		featured = featured || d.Features.OnLast != 0 || d.Features.OffTopic != 0 || d.Features.Repeat != 0
 	}
 	if quits == 0 || quits == len(ds) {
 		return Calibration{}, errors.New("fit calibration: need both quits and continues")
@@ -136,25 +139,25 @@ func FitCalibration(ds []Decision) (Calibration, error) {
 	}
 	search(0.1, 3, 0.1, -6, 6, 0.2)
 	search(max(best.Scale-0.1, 0.01), best.Scale+0.1, 0.01, best.Offset-0.2, best.Offset+0.2, 0.02)
-	if !relevant {
+	if !featured {
 		return best, nil
 	}
-	// The grid's bounds hold, and a normal prior of spread RelevancePrior
+	// The grid's bounds hold, and a normal prior of spread FeaturePrior
 	// on the weights keeps a few decisions from driving them apart.
 	of := func(x []float64) Calibration {
 		return Calibration{Scale: min(max(math.Abs(x[0]), 0.01), 3), Offset: min(max(x[1], -6), 6),
-			Early: [3]float64{x[2], x[3], x[4]}, OnLast: x[5], OffTopic: x[6]}
+			Early: [3]float64{x[2], x[3], x[4]}, OnLast: x[5], OffTopic: x[6], Repeat: x[7]}
 	}
 	objective := func(c Calibration) float64 {
-		sq := c.OnLast*c.OnLast + c.OffTopic*c.OffTopic
+		sq := c.OnLast*c.OnLast + c.OffTopic*c.OffTopic + c.Repeat*c.Repeat
 		for _, e := range c.Early {
 			sq += e * e
 		}
-		return -logLik(c) + sq/(2*RelevancePrior*RelevancePrior)
+		return -logLik(c) + sq/(2*FeaturePrior*FeaturePrior)
 	}
 	start := []float64{best.Scale, best.Offset}
 	res, err := optimize.Minimize(optimize.Problem{Func: func(x []float64) float64 { return objective(of(x)) }},
-		append(start, make([]float64, 5)...), &optimize.Settings{FuncEvaluations: 4000}, &optimize.NelderMead{})
+		append(start, make([]float64, 6)...), &optimize.Settings{FuncEvaluations: 4000}, &optimize.NelderMead{})
 	if err != nil && res == nil {
 		return Calibration{}, fmt.Errorf("fit calibration: %w", err)
 	}
@@ -197,6 +200,7 @@ const (
 	MetricCalibrationDecisions = "calibration_decisions"
 	MetricCalibrationOnLast    = "calibration_on_last"
 	MetricCalibrationOffTopic  = "calibration_off_topic"
+	MetricCalibrationRepeat    = "calibration_repeat"
 	// MetricCalibrationEarly + "1" … "3" carry Calibration.Early.
 	MetricCalibrationEarly = "calibration_early_"
 )
@@ -205,7 +209,8 @@ const (
 // decisions decisions (ForVersion reads them back).
 func (c Calibration) Metrics(decisions int) map[string]float64 {
 	out := map[string]float64{MetricCalibrationScale: c.Scale, MetricCalibrationOffset: c.Offset,
-		MetricCalibrationOnLast: c.OnLast, MetricCalibrationOffTopic: c.OffTopic, MetricCalibrationDecisions: float64(decisions)}
+		MetricCalibrationOnLast: c.OnLast, MetricCalibrationOffTopic: c.OffTopic, MetricCalibrationRepeat: c.Repeat,
+		MetricCalibrationDecisions: float64(decisions)}
 	for i, e := range c.Early {
 		out[MetricCalibrationEarly+strconv.Itoa(i+1)] = e
 	}
@@ -214,7 +219,7 @@ func (c Calibration) Metrics(decisions int) map[string]float64 {
 
 // ForVersion returns c with the calibration that the user agent version in
 // dir carries in its manifest man (MetricCalibrationScale …
-// MetricCalibrationOffTopic) and its word topics (WordTopicsFile), so
+// MetricCalibrationRepeat) and its word topics (WordTopicsFile), so
 // whoever serves the version gets its P_T calibrated; c as it is when the
 // version carries none. An empty dir reads the manifest's metrics alone.
 func (c UserAgentConfig) ForVersion(dir string, man schema.Manifest) (UserAgentConfig, error) {
@@ -223,7 +228,8 @@ func (c UserAgentConfig) ForVersion(dir string, man schema.Manifest) (UserAgentC
 		return c, nil
 	}
 	c.Calibration = Calibration{Scale: scale, Offset: man.Metrics[MetricCalibrationOffset],
-		OnLast: man.Metrics[MetricCalibrationOnLast], OffTopic: man.Metrics[MetricCalibrationOffTopic]}
+		OnLast: man.Metrics[MetricCalibrationOnLast], OffTopic: man.Metrics[MetricCalibrationOffTopic],
+		Repeat: man.Metrics[MetricCalibrationRepeat]}
 	for i := range c.Calibration.Early {
 		c.Calibration.Early[i] = man.Metrics[MetricCalibrationEarly+strconv.Itoa(i+1)]
 	}

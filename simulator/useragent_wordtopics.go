@@ -275,10 +275,14 @@ func (t *WordTopics) topicsOf(text string) map[int]bool {
 // TurnFeatures are what the calibration reads of an NPC turn besides the
 // user agent's logit: Turn counts the player's messages so far; OnLast is
 // 1 when the turn names a topic of the player's last message, OffTopic 1
-// when it names topics and none of them the player has named.
+// when it names topics and none of them the player has named; Repeat is
+// the turn's largest overlap with an earlier NPC turn of the dialogue (the
+// Jaccard similarity of their word sets), which the transformer does not
+// learn to read at this size either.
 type TurnFeatures struct {
 	Turn             int
 	OnLast, OffTopic float64
+	Repeat           float64
 }
 
 // Features reads an NPC turn's features against the player's messages,
@@ -311,16 +315,33 @@ func (t *WordTopics) Features(player []string, npc string) TurnFeatures {
 	return f
 }
 
-// featuresOf reads the features of the last NPC turn of d.
+// featuresOf reads the features of the last NPC turn of d; nil t reads
+// its turn and repetition alone.
 func (t *WordTopics) featuresOf(d PromptDialogue) TurnFeatures {
-	player := make([]string, len(d.Exchanges))
-	for i, x := range d.Exchanges {
-		player[i] = x.User
-	}
-	if len(player) == 0 {
+	n := len(d.Exchanges)
+	if n == 0 {
 		return TurnFeatures{}
 	}
-	return t.Features(player, d.Exchanges[len(d.Exchanges)-1].NPC)
+	player, earlier := make([]string, n), make([]string, n-1)
+	for i, x := range d.Exchanges {
+		player[i] = x.User
+		if i < n-1 {
+			earlier[i] = x.NPC
+		}
+	}
+	f := t.Features(player, d.Exchanges[n-1].NPC)
+	f.Repeat = overlap(d.Exchanges[n-1].NPC, earlier)
+	return f
+}
+
+// overlap is the largest Jaccard similarity of text's word set with that
+// of one of earlier; 0 when earlier is empty.
+func overlap(text string, earlier []string) float64 {
+	cur, best := set(words(text)), 0.0
+	for _, e := range earlier {
+		best = max(best, jaccard(cur, set(words(e))))
+	}
+	return best
 }
 
 // LoadWordTopics reads the WordTopics of the version in dir whose manifest

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/parleyhq/parley/schema"
 )
 
 // topicMessages writes n player messages, each with common words and two
@@ -89,13 +91,14 @@ func TestLearnWordTopicsGroupsWordsPlayersUseTogether(t *testing.T) {
 	}
 }
 
-// TestFitCalibrationReadsRelevance draws decisions whose quits depend on
-// the NPC turn's relevance and turn, with a logit that knows nothing: the
-// fit gives the relevance weights the signs and about the sizes that made
-// the quits, and leaves the features alone when the decisions carry none.
-func TestFitCalibrationReadsRelevance(t *testing.T) {
+// TestFitCalibrationReadsFeatures draws decisions whose quits depend on
+// the NPC turn's relevance, repetition and turn, with a logit that knows
+// nothing: the fit gives the weights the signs and about the sizes that
+// made the quits, and leaves the features alone when the decisions carry
+// none.
+func TestFitCalibrationReadsFeatures(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
-	truth := Calibration{Scale: 1, Offset: -2.5, Early: [3]float64{-0.8, -0.4, 0}, OnLast: -0.7, OffTopic: 1.0}
+	truth := Calibration{Scale: 1, Offset: -2.5, Early: [3]float64{-0.8, -0.4, 0}, OnLast: -0.7, OffTopic: 1.0, Repeat: 1.5}
 	var ds []Decision
 	for range 8000 {
 		f := TurnFeatures{Turn: 1 + rng.IntN(5)}
@@ -104,6 +107,9 @@ func TestFitCalibrationReadsRelevance(t *testing.T) {
 			f.OnLast = 1
 		case 1:
 			f.OffTopic = 1
+		}
+		if rng.IntN(3) == 0 {
+			f.Repeat = rng.Float64()
 		}
 		z := rng.NormFloat64()
 		p := EndProbability(truth.TerminationShare(0, f), 1)
@@ -114,13 +120,35 @@ func TestFitCalibrationReadsRelevance(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("fitted %+v; truth %+v", c, truth)
-	if math.Abs(c.OnLast-truth.OnLast) > 0.3 || math.Abs(c.OffTopic-truth.OffTopic) > 0.3 || c.Early[0] > c.Early[2] {
-		t.Errorf("fitted %+v; want on-last and off-topic within 0.3 of %g and %g, and turn 1 below turn 3", c, truth.OnLast, truth.OffTopic)
+	if math.Abs(c.OnLast-truth.OnLast) > 0.3 || math.Abs(c.OffTopic-truth.OffTopic) > 0.3 || math.Abs(c.Repeat-truth.Repeat) > 0.5 || c.Early[0] > c.Early[2] {
+		t.Errorf("fitted %+v; want on-last, off-topic and repeat within 0.3, 0.3 and 0.5 of %g, %g and %g, and turn 1 below turn 3",
+			c, truth.OnLast, truth.OffTopic, truth.Repeat)
 	}
 	for i := range ds {
 		ds[i].Features = TurnFeatures{Turn: ds[i].Features.Turn}
 	}
-	if c, err = FitCalibration(ds); err != nil || c.OnLast != 0 || c.OffTopic != 0 || c.Early != [3]float64{} {
-		t.Errorf("without relevance fitted %+v (err %v); want scale and offset alone", c, err)
+	if c, err = FitCalibration(ds); err != nil || c.OnLast != 0 || c.OffTopic != 0 || c.Repeat != 0 || c.Early != [3]float64{} {
+		t.Errorf("without features fitted %+v (err %v); want scale and offset alone", c, err)
+	}
+}
+
+// TestFeaturesReadRepetition: an NPC turn's Repeat is its largest word-set
+// overlap with an earlier NPC turn of the dialogue, with or without word
+// topics.
+func TestFeaturesReadRepetition(t *testing.T) {
+	x := func(user, npc string) schema.Exchange { return schema.Exchange{User: user, NPC: npc} }
+	for _, tt := range []struct {
+		name string
+		d    PromptDialogue
+		want float64
+	}{
+		{"first turn", PromptDialogue{Exchanges: []schema.Exchange{x("hi", "Hello there, traveller.")}}, 0},
+		{"said again", PromptDialogue{Exchanges: []schema.Exchange{x("hi", "Hello there, traveller."), x("what?", "hello there traveller")}}, 1},
+		{"half of it", PromptDialogue{Exchanges: []schema.Exchange{x("hi", "The river is cold."), x("and?", "A storm came."), x("so?", "The river is wide.")}}, 3.0 / 5},
+		{"new words", PromptDialogue{Exchanges: []schema.Exchange{x("hi", "The river is cold."), x("and?", "Bake bread at dawn.")}}, 0},
+	} {
+		if got := (*WordTopics)(nil).featuresOf(tt.d); math.Abs(got.Repeat-tt.want) > 1e-12 || got.Turn != len(tt.d.Exchanges) {
+			t.Errorf("%s: features %+v; want turn %d and repeat %g", tt.name, got, len(tt.d.Exchanges), tt.want)
+		}
 	}
 }
