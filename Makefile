@@ -9,7 +9,7 @@ FUZZTIME ?= 10s
 FUZZMINTIME ?= 2s
 BENCH_DIR ?= bench/results
 
-.PHONY: all build run test test-short test-long test-security test-faults test-loop loop-promote test-race experiment lint fuzz bench bench-reference soak schemas deploy-check clean
+.PHONY: all build run test test-short test-long test-security test-faults test-loop loop-promote test-race experiment user-agent lint fuzz bench bench-reference soak schemas deploy-check clean
 
 all: build
 
@@ -64,6 +64,12 @@ test-race:
 EXPERIMENT_DIR ?= $(DATA_DIR)/experiment
 experiment: build
 	bin/parley experiment --profile medium --seeds 3 --out $(EXPERIMENT_DIR)
+
+# Retrain the user agent shipped in the binary (internal/devstack/useragent)
+# with the default bootstrap recipe: its corpus, 1,000 SFT steps of 16 and its
+# calibration (about 8 minutes on 2 cores). Commit the result.
+user-agent: build
+	bin/parley dev user-agent --data-dir $(DATA_DIR) --out internal/devstack/useragent
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

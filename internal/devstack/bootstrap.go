@@ -26,9 +26,10 @@ type BootstrapConfig struct {
 	// learns how players answer good and bad replies alike.
 	Players            int
 	DialoguesPerPlayer int
-	// NPCDialoguesPerPlayer, NPCQualities and NPCScript make the NPC's
-	// corpus: the same players talking to the scripted NPCs the policy
-	// should imitate, with their lines.
+	// NPCPlayers, NPCDialoguesPerPlayer, NPCQualities and NPCScript make
+	// the NPC's corpus: the first NPCPlayers of the same population talking
+	// to the scripted NPCs the policy should imitate, with their lines.
+	NPCPlayers            int
 	NPCDialoguesPerPlayer int
 	NPCQualities          []simulator.QualityWeight
 	NPCScript             simulator.ScriptConfig
@@ -48,14 +49,18 @@ type BootstrapConfig struct {
 // DefaultBootstrapConfig takes a few minutes on 2 cores with the native
 // trainer: ~1M-parameter models (the default architecture, d128, 4
 // layers, with a 1,024-token vocabulary; 4 MB a checkpoint). The user
-// agent trains 250 steps of 16 sequences (about 6,300 tokens a step, 1.6M
-// in all); the NPC 1,000 steps of 8 (about 3,800 tokens a step, 3.8M),
-// because copying the player's word needs both optimizer steps and
-// tokens (docs/experiments/README.md, "How long the first NPC trains").
-// The user agent learns from the ~940 dialogues of 300 generated players
+// agent trains 1,000 steps of 16 sequences (about 6,300 tokens a step,
+// 6.3M in all), which it needs to rank an NPC's sibling turns at all
+// (docs/experiments/README.md, "A repetition feature lets the referee
+// rank siblings"); it is shipped trained (shipped), so a first start
+// trains the NPC alone: 1,000 steps of 8 (about 3,800 tokens a step,
+// 3.8M), because copying the player's word needs both optimizer steps and
+// tokens ("How long the first NPC trains").
+// The user agent learns from the ~1,900 dialogues of 600 generated players
 // with scripted NPCs of mixed quality and is published calibrated, with
-// word topics, on its held-out players' dialogues (learner.CalibratedGate). The NPC learns from ~1,900
-// dialogues of the same players with the good scripted NPC alone (from
+// word topics, on its held-out players' dialogues (learner.CalibratedGate).
+// The NPC learns from ~1,900 dialogues of 300 of the same players with the
+// good scripted NPC alone (from
 // the mixed corpus it would learn the off-topic, filler and retention
 // lines too), on lines that repeat the player's own word (BootstrapScript),
 // at twice the SFT learning rate decaying to a tenth. It is a starting
@@ -66,10 +71,10 @@ func DefaultBootstrapConfig() BootstrapConfig {
 	arch.VocabSize = 1024
 	npcTrain := learner.DefaultSFTConfig(learner.RoleNPC).Train
 	npcTrain.LearningRate, npcTrain.Schedule = 2e-3, "cosine"
-	return BootstrapConfig{Players: 300, DialoguesPerPlayer: 4,
-		NPCDialoguesPerPlayer: 8, NPCQualities: []simulator.QualityWeight{{Quality: simulator.NPCGood, Weight: 1}},
+	return BootstrapConfig{Players: 600, DialoguesPerPlayer: 4,
+		NPCPlayers: 300, NPCDialoguesPerPlayer: 8, NPCQualities: []simulator.QualityWeight{{Quality: simulator.NPCGood, Weight: 1}},
 		NPCScript: BootstrapScript(), NPCTrain: npcTrain,
-		NPCSteps: 1000, NPCBatchSize: 8, Steps: 250, BatchSize: 16, Seed: 1, Arch: arch}
+		NPCSteps: 1000, NPCBatchSize: 8, Steps: 1000, BatchSize: 16, Seed: 1, Arch: arch}
 }
 
 // BootstrapScript is the scripted NPC the bootstrap NPC imitates: the
@@ -101,9 +106,9 @@ func BootstrapScript() simulator.ScriptConfig {
 
 // Validate reports the first size that is not positive.
 func (c BootstrapConfig) Validate() error {
-	if c.Players < 5 || c.DialoguesPerPlayer < 3 || c.NPCDialoguesPerPlayer < 3 || c.Steps < 1 || c.BatchSize < 1 || c.NPCSteps < 1 || c.NPCBatchSize < 1 {
-		return fmt.Errorf("dev bootstrap: players %d (≥5), dialogues per player %d and for the npc %d (≥3), steps %d and batch size %d, for the npc %d and %d (≥1) are too small",
-			c.Players, c.DialoguesPerPlayer, c.NPCDialoguesPerPlayer, c.Steps, c.BatchSize, c.NPCSteps, c.NPCBatchSize)
+	if c.Players < 5 || c.NPCPlayers < 5 || c.DialoguesPerPlayer < 3 || c.NPCDialoguesPerPlayer < 3 || c.Steps < 1 || c.BatchSize < 1 || c.NPCSteps < 1 || c.NPCBatchSize < 1 {
+		return fmt.Errorf("dev bootstrap: players %d and for the npc %d (≥5), dialogues per player %d and for the npc %d (≥3), steps %d and batch size %d, for the npc %d and %d (≥1) are too small",
+			c.Players, c.NPCPlayers, c.DialoguesPerPlayer, c.NPCDialoguesPerPlayer, c.Steps, c.BatchSize, c.NPCSteps, c.NPCBatchSize)
 	}
 	if err := c.corpus(learner.RoleNPC).Validate(); err != nil {
 		return fmt.Errorf("dev bootstrap: npc corpus: %w", err)
@@ -117,7 +122,7 @@ func (c BootstrapConfig) corpus(role learner.Role) simulator.CorpusConfig {
 	cc := simulator.DefaultCorpusConfig()
 	cc.Players, cc.DialoguesPerPlayer, cc.Seed = c.Players, c.DialoguesPerPlayer, c.Seed
 	if role == learner.RoleNPC {
-		cc.DialoguesPerPlayer, cc.Qualities, cc.Script = c.NPCDialoguesPerPlayer, c.NPCQualities, c.NPCScript
+		cc.Players, cc.DialoguesPerPlayer, cc.Qualities, cc.Script = c.NPCPlayers, c.NPCDialoguesPerPlayer, c.NPCQualities, c.NPCScript
 	}
 	return cc
 }
@@ -132,7 +137,8 @@ func corpusFile(role learner.Role) string {
 }
 
 // Bootstrap trains and publishes whichever of the two agents the registry
-// lacks. progress receives the training progress (see learner.SFTConfig.Progress).
+// lacks; the default recipe's user agent is shipped trained (shipped).
+// progress receives the training progress (see learner.SFTConfig.Progress).
 func Bootstrap(ctx context.Context, cfg BootstrapConfig, dataDir, registryDir string, progress io.Writer, log *slog.Logger) error {
 	reg, err := registry.NewLocal(registryDir)
 	if err != nil {
@@ -156,7 +162,12 @@ func Bootstrap(ctx context.Context, cfg BootstrapConfig, dataDir, registryDir st
 		return err
 	}
 	for _, role := range missing {
-		if err := trainBootstrapAgent(ctx, cfg, role, dir, registryDir, progress, log); err != nil {
+		if role == learner.RoleUser && cfg.shipsUserAgent() {
+			err = publishShippedUserAgent(ctx, dir, registryDir, log)
+		} else {
+			err = trainBootstrapAgent(ctx, cfg, role, dir, registryDir, progress, log)
+		}
+		if err != nil {
 			return err
 		}
 	}

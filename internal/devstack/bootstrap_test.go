@@ -22,7 +22,7 @@ func TestBootstrapTrainsBothAgentsOnce(t *testing.T) {
 	regDir := filepath.Join(dataDir, "registry")
 	cfg := DefaultBootstrapConfig()
 	// Enough players that the held-out ones make 100 decisions.
-	cfg.Players, cfg.DialoguesPerPlayer, cfg.NPCDialoguesPerPlayer = 120, 3, 3
+	cfg.Players, cfg.NPCPlayers, cfg.DialoguesPerPlayer, cfg.NPCDialoguesPerPlayer = 120, 120, 3, 3
 	cfg.Steps, cfg.BatchSize, cfg.NPCSteps, cfg.NPCBatchSize, cfg.Arch = 3, 2, 3, 2, testenv.TinyModelConfig(512)
 	log := slog.New(slog.DiscardHandler)
 	ctx := context.Background()
@@ -77,5 +77,46 @@ func TestBootstrapTrainsBothAgentsOnce(t *testing.T) {
 		if after, _ := os.Stat(corpus); !after.ModTime().Equal(before[i].ModTime()) {
 			t.Errorf("the cached corpus %s was regenerated", corpus)
 		}
+	}
+}
+
+// TestBootstrapPublishesTheShippedUserAgent: with the default recipe a
+// first start publishes the shipped user agent instead of training one
+// (no corpus is generated for it), and the shipped one is that recipe's:
+// its steps, batch and seed, its architecture, and a calibration fitted by
+// today's code, repetition weight and word topics included.
+func TestBootstrapPublishesTheShippedUserAgent(t *testing.T) {
+	dataDir := t.TempDir()
+	regDir := filepath.Join(dataDir, "registry")
+	testenv.PublishTinyModel(t, regDir, "npc", "v1")
+	cfg := DefaultBootstrapConfig()
+	if err := Bootstrap(t.Context(), cfg, dataDir, regDir, io.Discard, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dataDir, "bootstrap", "corpus.jsonl")); err == nil {
+		t.Error("the user agent's corpus was generated; want the shipped agent published without training")
+	}
+	uaDir := filepath.Join(regDir, "user-agent", "v1")
+	m, _, man, err := inference.LoadCheckpoint(uaDir, inference.BackendConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hp := man.Hyperparameters
+	if hp["steps"] != float64(cfg.Steps) || hp["batch_size"] != float64(cfg.BatchSize) || hp["seed"] != float64(cfg.Seed) || m.Config() != cfg.Arch {
+		t.Errorf("shipped user agent: steps %v, batch %v, seed %v, architecture %+v; want the default recipe's %d, %d, %d, %+v (retrain it: make user-agent)",
+			hp["steps"], hp["batch_size"], hp["seed"], m.Config(), cfg.Steps, cfg.BatchSize, cfg.Seed, cfg.Arch)
+	}
+	served, err := simulator.DefaultUserAgentConfig().ForVersion(uaDir, man)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := man.Metrics[simulator.MetricCalibrationRepeat]; !ok || served.Calibration.Repeat <= 0 || served.WordTopics == nil {
+		t.Errorf("shipped user agent serves calibration %+v with word topics %v; want one with a positive repetition weight and topics (retrain it: make user-agent)",
+			served.Calibration, served.WordTopics != nil)
+	}
+	other := cfg
+	other.Steps = 250
+	if other.shipsUserAgent() || !cfg.shipsUserAgent() {
+		t.Error("another recipe counts as the shipped one, or the default does not")
 	}
 }
