@@ -67,7 +67,7 @@ experiment: build
 
 # Retrain the user agent shipped in the binary (internal/devstack/useragent)
 # with the default bootstrap recipe: its corpus, 1,000 SFT steps of 16 and its
-# calibration (about 8 minutes on 2 cores). Commit the result.
+# calibration (about 10 minutes on 2 cores). Commit the result.
 user-agent: build
 	bin/parley dev user-agent --data-dir $(DATA_DIR) --out internal/devstack/useragent
 

@@ -71,7 +71,7 @@ func newDevUserAgentCmd(g *globalFlags) *cobra.Command {
 		Long: `Train the user agent that parley dev's bootstrap would train (its corpus, its
 SFT run and its calibration), with the default recipe unless the flags change it, and
 write the published version directory to --out. This is how the user agent shipped in
-the binary is made: make user-agent (about 8 minutes on 2 cores).`,
+the binary is made: make user-agent (about 10 minutes on 2 cores).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := cfg.Validate(); err != nil {

@@ -16,7 +16,7 @@ import (
 )
 
 // shipped holds the first user agent of DefaultBootstrapConfig's recipe,
-// trained once (`make user-agent`, about 8 minutes on 2 cores) and
+// trained once (`make user-agent`, about 10 minutes on 2 cores) and
 // published calibrated: a version directory, 4 MB. A first start
 // publishes it instead of spending those minutes.
 //
