@@ -27,8 +27,8 @@ type BootstrapConfig struct {
 	Players            int
 	DialoguesPerPlayer int
 	// NPCPlayers, NPCDialoguesPerPlayer, NPCQualities and NPCScript make
-	// the NPC's corpus: the first NPCPlayers of the same population talking
-	// to the scripted NPCs the policy should imitate, with their lines.
+	// the NPC's corpus: players of the same population seed talking to the
+	// scripted NPCs the policy should imitate, with their lines.
 	NPCPlayers            int
 	NPCDialoguesPerPlayer int
 	NPCQualities          []simulator.QualityWeight
@@ -59,8 +59,8 @@ type BootstrapConfig struct {
 // The user agent learns from the ~1,900 dialogues of 600 generated players
 // with scripted NPCs of mixed quality and is published calibrated, with
 // word topics, on its held-out players' dialogues (learner.CalibratedGate).
-// The NPC learns from ~1,900 dialogues of 300 of the same players with the
-// good scripted NPC alone (from
+// The NPC learns from ~1,900 dialogues of 300 players of the same seed
+// with the good scripted NPC alone (from
 // the mixed corpus it would learn the off-topic, filler and retention
 // lines too), on lines that repeat the player's own word (BootstrapScript),
 // at twice the SFT learning rate decaying to a tenth. It is a starting
