@@ -120,3 +120,39 @@ func TestBootstrapPublishesTheShippedUserAgent(t *testing.T) {
 		t.Error("another recipe counts as the shipped one, or the default does not")
 	}
 }
+
+// TestTrainUserAgentWritesTheVersion trains a tiny user agent as the
+// bootstrap would and writes its version directory, replacing what was
+// there, which loads and carries its calibration; the work directory
+// goes.
+func TestTrainUserAgentWritesTheVersion(t *testing.T) {
+	cfg := DefaultBootstrapConfig()
+	cfg.Players, cfg.DialoguesPerPlayer, cfg.Steps, cfg.BatchSize, cfg.Arch = 120, 3, 3, 2, testenv.TinyModelConfig(512)
+	dir := t.TempDir()
+	out := filepath.Join(t.TempDir(), "useragent")
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(out, "stale.json"), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := TrainUserAgent(t.Context(), cfg, dir, out, io.Discard, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	_, _, man, err := inference.LoadCheckpoint(out, inference.BackendConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if man.Model != "user-agent" || man.Version != "v1" || man.Hyperparameters["steps"] != float64(cfg.Steps) {
+		t.Errorf("wrote %s/%s with steps %v; want user-agent/v1 with %d", man.Model, man.Version, man.Hyperparameters["steps"], cfg.Steps)
+	}
+	if _, ok := man.Metrics[simulator.MetricCalibrationRepeat]; !ok {
+		t.Errorf("manifest metrics %v carry no calibration", man.Metrics)
+	}
+	if _, err := os.Stat(filepath.Join(out, "stale.json")); err == nil {
+		t.Error("the old contents of out are still there")
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Errorf("the work directory left %d entries in %s", len(left), dir)
+	}
+}
