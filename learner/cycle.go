@@ -158,14 +158,18 @@ type CycleResult struct {
 	// started from, UserAgent the user-agent version it trained against.
 	Version string `json:"version"`
 	Parent  string `json:"parent"`
-	// Published is false when Gate refused the candidate or there is
-	// none; GateReason is the gate's word either way.
+	// Published is false when Gate or the referee gate on the candidate's
+	// turns refused it, or there is none; GateReason says why.
 	Published  bool   `json:"published"`
 	GateReason string `json:"gate_reason,omitempty"`
 	UserAgent  string `json:"user_agent"`
 	// Referee is the referee gate's verdict on the user agent (nil without
 	// CycleConfig.Referee); when it did not pass, the cycle trained nothing.
-	Referee *RefereeVerdict `json:"referee,omitempty"`
+	// CandidateReferee is its verdict on the same user agent as the referee
+	// of the trained candidate's turns; when it did not pass, the candidate
+	// was not published.
+	Referee          *RefereeVerdict `json:"referee,omitempty"`
+	CandidateReferee *RefereeVerdict `json:"candidate_referee,omitempty"`
 	// Candidate and ParentEval are the evaluations on the held-out players:
 	// UA… with the user agent (α = 1), GT… with the ground-truth personas
 	// (zero without a population).
@@ -220,10 +224,11 @@ type RefereeVerdict struct {
 	Report    *rl.RefereeReport `json:"report"`
 }
 
-// cycleOutcome is the verdict of a cycle's eval gate, the evaluations it
-// judged and the last AT-GRPO loss.
+// cycleOutcome is the verdict of a cycle's gates and why, the evaluations
+// the eval gate judged and the last AT-GRPO loss.
 type cycleOutcome struct {
 	Published  bool      `json:"published"`
+	Reason     string    `json:"reason,omitempty"`
 	Candidate  CycleEval `json:"candidate"`
 	ParentEval CycleEval `json:"parent_eval"`
 	Loss       float64   `json:"loss"`
@@ -480,6 +485,19 @@ func (c *Cycle) RunOnce(ctx context.Context) (*CycleResult, error) {
 	if c.cfg.Gate != nil {
 		res.Published, res.GateReason = c.cfg.Gate(res.Candidate, res.ParentEval)
 	}
+	// RL moves the policy to turns the referee was never judged on, and
+	// the user agent may not rank those: a candidate whose turns it does
+	// not rank is not sent to players.
+	if res.Published && c.cfg.Referee != nil {
+		rep, pass, why, err := c.cfg.Referee.JudgeModel(ctx, model, tok, "candidate", uaVersion, ds)
+		if err != nil {
+			return nil, fmt.Errorf("at-grpo cycle: the candidate's referee: %w", err)
+		}
+		res.CandidateReferee = &RefereeVerdict{NPC: "candidate", UserAgent: uaVersion, Passed: pass, Reason: why, Report: rep}
+		if !pass {
+			res.Published, res.GateReason = false, "the referee gate on the candidate's turns: "+why
+		}
+	}
 	if res.Published {
 		if err := c.publish(ctx, reg, res, model, tok, hf, ds); err != nil {
 			return nil, err
@@ -489,7 +507,7 @@ func (c *Cycle) RunOnce(ctx context.Context) (*CycleResult, error) {
 	c.mu.Lock()
 	c.state.TrainedUpTo, c.state.LastAt, c.state.LastVersion = upTo, c.now(), res.Version
 	c.state.Cycles++
-	c.state.Last = &cycleOutcome{Published: res.Published, Candidate: res.Candidate, ParentEval: res.ParentEval}
+	c.state.Last = &cycleOutcome{Published: res.Published, Reason: res.GateReason, Candidate: res.Candidate, ParentEval: res.ParentEval}
 	if n := len(res.Steps); n > 0 {
 		c.state.Last.Loss = res.Steps[n-1].Loss
 	}

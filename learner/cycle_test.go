@@ -123,6 +123,9 @@ func TestCyclePublishesCandidateWithMetricsAndCurves(t *testing.T) {
 	if v := res.Referee; v == nil || !v.Passed || v.NPC != "v1" || v.UserAgent != "v1" || v.Report == nil {
 		t.Errorf("referee verdict %+v; want user agent v1 passed as the referee of npc v1, with its report", v)
 	}
+	if v := res.CandidateReferee; v == nil || !v.Passed || v.NPC != "candidate" || v.UserAgent != "v1" || v.Report == nil {
+		t.Errorf("candidate's referee verdict %+v; want user agent v1 passed as the referee of the candidate's turns, with its report", v)
+	}
 	if c.due() {
 		t.Errorf("cycle still due right after one ran on every stored session")
 	}
@@ -284,6 +287,48 @@ func TestCycleWaitsForAReferee(t *testing.T) {
 	}
 	if n := logs.count("at-grpo cycle waits for a user agent that passes the referee gate"); n != 2 {
 		t.Errorf("%d waiting messages; want 2", n)
+	}
+}
+
+// TestCycleKeepsACandidateItsRefereeDoesNotRank: the user agent passed as
+// the referee of the serving version (a kept verdict), but as the referee
+// of the trained candidate's turns it fails the production thresholds;
+// the candidate is not published and the cycle's state says why.
+func TestCycleKeepsACandidateItsRefereeDoesNotRank(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains two models: skipped in -short")
+	}
+	cfg, store, root := cycleFixture(t)
+	dataDir := t.TempDir()
+	cfg.Referee = cycleReferee(t, cfg, root, rl.DefaultRefereeThresholds(), nil)
+	kept, err := json.Marshal(cycleState{Referee: &RefereeVerdict{NPC: "v1", UserAgent: "v1", Passed: true, Reason: "kept"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dataDir, "cycle.json"), kept, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewCycle(cfg, store, root, dataDir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.RunOnce(context.Background())
+	if err != nil {
+		t.Fatalf("RunOnce: %v", err)
+	}
+	if len(res.Steps) == 0 || res.Referee == nil || !res.Referee.Passed {
+		t.Fatalf("cycle trained %d steps with referee %+v; want it trained on the kept verdict", len(res.Steps), res.Referee)
+	}
+	v := res.CandidateReferee
+	if v == nil || v.Passed || v.Report == nil || res.Published || res.Version != "" || !strings.HasPrefix(res.GateReason, "the referee gate on the candidate's turns: referee: ") {
+		t.Fatalf("candidate's referee %+v, published %v (%q), version %q; want the candidate refused by the production thresholds and kept back", v, res.Published, res.GateReason, res.Version)
+	}
+	if got := registryVersions(t, root, "npc"); !slices.Equal(got, []string{"v1"}) {
+		t.Errorf("npc versions = %v; want [v1]", got)
+	}
+	var st cycleState
+	if raw, err := os.ReadFile(filepath.Join(dataDir, "cycle.json")); err != nil || json.Unmarshal(raw, &st) != nil || st.Last == nil || st.Last.Published || st.Last.Reason != res.GateReason {
+		t.Errorf("cycle state %+v (err %v); want the last cycle unpublished with the reason %q", st.Last, err, res.GateReason)
 	}
 }
 

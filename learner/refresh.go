@@ -676,6 +676,22 @@ func (g *RefereeGate) Judge(ctx context.Context, npc, ua string, window []schema
 	if err != nil {
 		return nil, false, "", err
 	}
+	return g.judgeOn(ctx, j, npc, ua)
+}
+
+// JudgeModel is Judge on sibling groups written by the NPC model m, which
+// need not be published (the cycle's candidate); npc names it in the log.
+func (g *RefereeGate) JudgeModel(ctx context.Context, m *inference.Model, tok *inference.Tokenizer, npc, ua string, window []schema.Dialogue) (rep *rl.RefereeReport, pass bool, reason string, err error) {
+	j, err := g.sampleModel(ctx, m, tok, window)
+	if err != nil {
+		return nil, false, "", err
+	}
+	return g.judgeOn(ctx, j, npc, ua)
+}
+
+// judgeOn measures the user agent version ua on j's sample, written by
+// the NPC npc, against the thresholds, and stops j.
+func (g *RefereeGate) judgeOn(ctx context.Context, j *referee, npc, ua string) (rep *rl.RefereeReport, pass bool, reason string, err error) {
 	defer j.stop()
 	if rep, err = g.judgeVersion(ctx, j, ua); err != nil {
 		return nil, false, "", fmt.Errorf("referee: %w", err)
@@ -717,12 +733,17 @@ type referee struct {
 // dialogues on the held-out personas, whose dialogues in window give the
 // user agent its style demos.
 func (g *RefereeGate) sample(ctx context.Context, npc string, window []schema.Dialogue) (*referee, error) {
-	rc := g.cfg
-	j := &referee{cfg: rc, began: time.Now()}
-	m, tok, _, err := inference.LoadCheckpoint(filepath.Join(g.registry, rc.NPCModel, npc), g.sft.Backend)
+	m, tok, _, err := inference.LoadCheckpoint(filepath.Join(g.registry, g.cfg.NPCModel, npc), g.sft.Backend)
 	if err != nil {
 		return nil, fmt.Errorf("referee: %w", err)
 	}
+	return g.sampleModel(ctx, m, tok, window)
+}
+
+// sampleModel is sample with the NPC model m.
+func (g *RefereeGate) sampleModel(ctx context.Context, m *inference.Model, tok *inference.Tokenizer, window []schema.Dialogue) (*referee, error) {
+	rc := g.cfg
+	j := &referee{cfg: rc, began: time.Now()}
 	eng, stop, err := cycleEngine(m, inference.ParleyChatFormat(tok), g.logger)
 	if err != nil {
 		return nil, fmt.Errorf("referee: %w", err)

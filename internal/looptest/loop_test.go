@@ -183,17 +183,22 @@ func playBots(t *testing.T, ctx context.Context, began time.Time, phase string, 
 // without the referee's verdict.
 func waitCandidate(t *testing.T, ctx context.Context, reg *registry.Local, learnerDir string, d time.Duration) schema.Manifest {
 	t.Helper()
-	// The cycle keeps its referee verdict in its state; one that refused
-	// the user agent means no candidate comes.
+	// The cycle keeps its referee verdict and its last outcome in its
+	// state; a refused user agent or a refused candidate means no
+	// candidate comes.
 	state := filepath.Join(learnerDir, "cycle", "cycle.json")
 	var cycle struct {
 		Referee *learner.RefereeVerdict `json:"referee"`
+		Last    *struct {
+			Published bool   `json:"published"`
+			Reason    string `json:"reason"`
+		} `json:"last"`
 	}
 	waitFor(t, ctx, d, "an at-grpo candidate npc/v2", func() bool {
 		if _, err := reg.Manifest(ctx, "npc", "v2"); err == nil {
 			return true
 		}
-		return readJSON(state, &cycle) && cycle.Referee != nil && !cycle.Referee.Passed
+		return readJSON(state, &cycle) && (cycle.Referee != nil && !cycle.Referee.Passed || cycle.Last != nil && !cycle.Last.Published)
 	})
 	if !readJSON(state, &cycle) || cycle.Referee == nil {
 		t.Fatal("a candidate, but the cycle kept no referee verdict: it trained without asking the referee gate")
@@ -201,6 +206,9 @@ func waitCandidate(t *testing.T, ctx context.Context, reg *registry.Local, learn
 	v := cycle.Referee
 	if !v.Passed {
 		t.Fatalf("no candidate: the cycle waits for a user agent that passes the referee gate; user agent %s on npc %s: %s", v.UserAgent, v.NPC, v.Reason)
+	}
+	if l := cycle.Last; l != nil && !l.Published {
+		t.Fatalf("no candidate: the cycle trained against user agent %s and kept the candidate back: %s", v.UserAgent, l.Reason)
 	}
 	t.Logf("the cycle's referee gate: user agent %s on npc %s: %s", v.UserAgent, v.NPC, v.Reason)
 	man, err := reg.Verify(ctx, "npc", "v2")
