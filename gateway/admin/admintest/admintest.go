@@ -71,7 +71,9 @@ func Start(t testing.TB) *Env {
 	ctx := context.Background()
 	r := testenv.StartRedis(t)
 	rcfg := rollout.DefaultConfig()
-	rcfg.Prefix = r.Prefix
+	// The seeded instances report once; they stay listed however slowly a
+	// loaded machine runs the test.
+	rcfg.Prefix, rcfg.FleetTTL = r.Prefix, 10*time.Minute
 	rc, err := rollout.New(r.Client, rcfg, nil)
 	if err != nil {
 		t.Fatal(err)
