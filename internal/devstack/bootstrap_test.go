@@ -122,9 +122,9 @@ func TestBootstrapPublishesTheShippedUserAgent(t *testing.T) {
 }
 
 // TestTrainUserAgentWritesTheVersion trains a tiny user agent as the
-// bootstrap would and writes its version directory, replacing what was
-// there, which loads and carries its calibration; the work directory
-// goes.
+// bootstrap would and writes its version directory, replacing the
+// version that was there, which loads and carries its calibration; the
+// work directory goes. A directory that holds no version is refused.
 func TestTrainUserAgentWritesTheVersion(t *testing.T) {
 	cfg := DefaultBootstrapConfig()
 	cfg.Players, cfg.DialoguesPerPlayer, cfg.Steps, cfg.BatchSize, cfg.Arch = 120, 3, 3, 2, testenv.TinyModelConfig(512)
@@ -134,6 +134,15 @@ func TestTrainUserAgentWritesTheVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(out, "stale.json"), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := TrainUserAgent(t.Context(), cfg, dir, out, io.Discard, slog.New(slog.DiscardHandler)); err == nil {
+		t.Fatal("replaced a directory that holds no version")
+	}
+	if _, err := os.Stat(filepath.Join(out, "stale.json")); err != nil {
+		t.Fatalf("the refused directory lost its contents: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(out, registry.ManifestFile), []byte("{}"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := TrainUserAgent(t.Context(), cfg, dir, out, io.Discard, slog.New(slog.DiscardHandler)); err != nil {

@@ -64,8 +64,15 @@ func publishShippedUserAgent(ctx context.Context, dir, registryDir string, log *
 
 // TrainUserAgent trains the user agent of cfg's recipe as the bootstrap
 // would, under a new directory in dir, and writes its version directory
-// to out, replacing what is there: how the shipped one is made.
+// to out, replacing the version there: how the shipped one is made. It
+// refuses an out that holds anything but a version directory, before it
+// trains.
 func TrainUserAgent(ctx context.Context, cfg BootstrapConfig, dir, out string, progress io.Writer, log *slog.Logger) error {
+	if entries, err := os.ReadDir(out); err == nil && len(entries) > 0 {
+		if _, err := os.Stat(filepath.Join(out, registry.ManifestFile)); err != nil {
+			return fmt.Errorf("dev user-agent: %s is not empty and holds no %s: refusing to replace it", out, registry.ManifestFile)
+		}
+	}
 	work, err := os.MkdirTemp(dir, "user-agent-")
 	if err != nil {
 		return err
