@@ -162,7 +162,10 @@ type CycleResult struct {
 	// turns refused it, or there is none; GateReason says why.
 	Published  bool   `json:"published"`
 	GateReason string `json:"gate_reason,omitempty"`
-	UserAgent  string `json:"user_agent"`
+	// KeptBack is the checkpoint directory a refused candidate was saved
+	// to (Cycle.KeptBackDir), empty when it was published.
+	KeptBack  string `json:"kept_back,omitempty"`
+	UserAgent string `json:"user_agent"`
 	// Referee is the referee gate's verdict on the user agent (nil without
 	// CycleConfig.Referee); when it did not pass, the cycle trained nothing.
 	// CandidateReferee is its verdict on the same user agent as the referee
@@ -227,8 +230,10 @@ type RefereeVerdict struct {
 // cycleOutcome is the verdict of a cycle's gates and why, the evaluations
 // the eval gate judged and the last AT-GRPO loss.
 type cycleOutcome struct {
-	Published  bool      `json:"published"`
-	Reason     string    `json:"reason,omitempty"`
+	Published bool   `json:"published"`
+	Reason    string `json:"reason,omitempty"`
+	// KeptBack is where the unpublished candidate was saved.
+	KeptBack   string    `json:"kept_back,omitempty"`
 	Candidate  CycleEval `json:"candidate"`
 	ParentEval CycleEval `json:"parent_eval"`
 	Loss       float64   `json:"loss"`
@@ -502,12 +507,14 @@ func (c *Cycle) RunOnce(ctx context.Context) (*CycleResult, error) {
 		if err := c.publish(ctx, reg, res, model, tok, hf, ds); err != nil {
 			return nil, err
 		}
+	} else if err := c.keepBack(res, model, tok, hf, ds); err != nil {
+		return nil, err
 	}
 	res.Seconds = time.Since(start).Seconds()
 	c.mu.Lock()
 	c.state.TrainedUpTo, c.state.LastAt, c.state.LastVersion = upTo, c.now(), res.Version
 	c.state.Cycles++
-	c.state.Last = &cycleOutcome{Published: res.Published, Reason: res.GateReason, Candidate: res.Candidate, ParentEval: res.ParentEval}
+	c.state.Last = &cycleOutcome{Published: res.Published, Reason: res.GateReason, KeptBack: res.KeptBack, Candidate: res.Candidate, ParentEval: res.ParentEval}
 	if n := len(res.Steps); n > 0 {
 		c.state.Last.Loss = res.Steps[n-1].Loss
 	}
@@ -649,6 +656,55 @@ func (c *Cycle) publish(ctx context.Context, reg *registry.Local, res *CycleResu
 		return fmt.Errorf("at-grpo cycle: %w", err)
 	}
 	res.Version, res.Curves.Version = version, version
+	scratch := filepath.Join(c.dataDir, "runs")
+	if err := os.MkdirAll(scratch, 0o755); err != nil {
+		return fmt.Errorf("at-grpo cycle: %w", err)
+	}
+	tmp, err := os.MkdirTemp(scratch, "cycle-")
+	if err != nil {
+		return fmt.Errorf("at-grpo cycle: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	dir := filepath.Join(tmp, version)
+	if err := c.saveCandidate(dir, version, res, m, tok, hf, ds); err != nil {
+		return err
+	}
+	if _, err := reg.Publish(ctx, c.cfg.Model, version, dir); err != nil {
+		return fmt.Errorf("at-grpo cycle: %w", err)
+	}
+	return nil
+}
+
+// KeptBackDir holds the last candidate the cycle did not publish, a
+// checkpoint like a published version's (version "kept-back"), so that
+// live-ops can read what RL did with it (parley eval, parley chat
+// --model) until the next refused candidate replaces it.
+func (c *Cycle) KeptBackDir() string { return filepath.Join(c.dataDir, "kept-back") }
+
+// keepBack saves a refused candidate to KeptBackDir, replacing the one
+// there.
+func (c *Cycle) keepBack(res *CycleResult, m *inference.Model, tok *inference.Tokenizer, hf inference.HFFiles, ds []schema.Dialogue) error {
+	dir := c.KeptBackDir()
+	tmp := dir + ".tmp"
+	if err := os.RemoveAll(tmp); err != nil {
+		return fmt.Errorf("at-grpo cycle: keep back the candidate: %w", err)
+	}
+	if err := c.saveCandidate(tmp, "kept-back", res, m, tok, hf, ds); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("at-grpo cycle: keep back the candidate: %w", err)
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return fmt.Errorf("at-grpo cycle: keep back the candidate: %w", err)
+	}
+	res.KeptBack = dir
+	return nil
+}
+
+// saveCandidate writes the trained model to dir as version, with its manifest
+// (hyperparameters, data window, evaluations) and curves.
+func (c *Cycle) saveCandidate(dir, version string, res *CycleResult, m *inference.Model, tok *inference.Tokenizer, hf inference.HFFiles, ds []schema.Dialogue) error {
 	rc := c.cfg.RL
 	man := schema.Manifest{Model: c.cfg.Model, Version: version, Parent: res.Parent, Algorithm: string(rl.ATGRPO)}
 	man.Hyperparameters = map[string]any{
@@ -666,23 +722,12 @@ func (c *Cycle) publish(ctx context.Context, reg *registry.Local, res *CycleResu
 		man.Metrics["avg_l"], man.Metrics["avg_r"] = cand.GTAvgL, cand.GTAvgR
 		man.Metrics["parent_avg_l"], man.Metrics["parent_avg_r"] = par.GTAvgL, par.GTAvgR
 	}
-	scratch := filepath.Join(c.dataDir, "runs")
-	if err := os.MkdirAll(scratch, 0o755); err != nil {
-		return fmt.Errorf("at-grpo cycle: %w", err)
-	}
-	tmp, err := os.MkdirTemp(scratch, "cycle-")
-	if err != nil {
-		return fmt.Errorf("at-grpo cycle: %w", err)
-	}
-	defer os.RemoveAll(tmp)
-	dir := filepath.Join(tmp, version)
 	if err := inference.SaveImportedCheckpoint(dir, m, tok, hf, man); err != nil {
 		return fmt.Errorf("at-grpo cycle: %w", err)
 	}
-	if err := addCurves(dir, res.Curves); err != nil {
-		return fmt.Errorf("at-grpo cycle: %w", err)
-	}
-	if _, err := reg.Publish(ctx, c.cfg.Model, version, dir); err != nil {
+	cv := res.Curves
+	cv.Version = version
+	if err := addCurves(dir, cv); err != nil {
 		return fmt.Errorf("at-grpo cycle: %w", err)
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parleyhq/parley/inference"
 	"github.com/parleyhq/parley/inference/registry"
 	"github.com/parleyhq/parley/learner/rl"
 	"github.com/parleyhq/parley/schema"
@@ -329,6 +330,17 @@ func TestCycleKeepsACandidateItsRefereeDoesNotRank(t *testing.T) {
 	var st cycleState
 	if raw, err := os.ReadFile(filepath.Join(dataDir, "cycle.json")); err != nil || json.Unmarshal(raw, &st) != nil || st.Last == nil || st.Last.Published || st.Last.Reason != res.GateReason {
 		t.Errorf("cycle state %+v (err %v); want the last cycle unpublished with the reason %q", st.Last, err, res.GateReason)
+	}
+	// The refused candidate is kept for inspection, loadable as a version.
+	if res.KeptBack != c.KeptBackDir() || st.Last == nil || st.Last.KeptBack != res.KeptBack {
+		t.Fatalf("kept back at %q, state %+v; want %q in both", res.KeptBack, st.Last, c.KeptBackDir())
+	}
+	_, _, man, err := inference.LoadCheckpoint(res.KeptBack, inference.BackendConfig{})
+	if err != nil {
+		t.Fatalf("load the kept-back candidate: %v", err)
+	}
+	if man.Version != "kept-back" || man.Parent != "v1" || man.Metrics["ua_avg_l"] != res.Candidate.UAAvgL || man.Files[schema.CurvesFile] == "" {
+		t.Errorf("kept-back manifest %+v; want version kept-back from v1 with the candidate's metrics and curves", man)
 	}
 }
 
