@@ -163,7 +163,7 @@ type CycleResult struct {
 	Published  bool   `json:"published"`
 	GateReason string `json:"gate_reason,omitempty"`
 	// KeptBack is the checkpoint directory a refused candidate was saved
-	// to (Cycle.KeptBackDir), empty when it was published.
+	// to (in Cycle.KeptBackRegistry), empty when it was published.
 	KeptBack  string `json:"kept_back,omitempty"`
 	UserAgent string `json:"user_agent"`
 	// Referee is the referee gate's verdict on the user agent (nil without
@@ -675,21 +675,22 @@ func (c *Cycle) publish(ctx context.Context, reg *registry.Local, res *CycleResu
 	return nil
 }
 
-// KeptBackDir holds the last candidate the cycle did not publish, a
-// checkpoint like a published version's (version "kept-back"), so that
-// live-ops can read what RL did with it (parley eval, parley chat
-// --model) until the next refused candidate replaces it.
-func (c *Cycle) KeptBackDir() string { return filepath.Join(c.dataDir, "kept-back") }
+// KeptBackRegistry is a registry root that holds the last candidate the
+// cycle did not publish, as version "kept-back" of the model, with the
+// metrics and curves a published one has, so that live-ops can measure it
+// (`parley eval --registry DIR --version kept-back`) until the next
+// refused candidate replaces it.
+func (c *Cycle) KeptBackRegistry() string { return filepath.Join(c.dataDir, "kept-back") }
 
-// keepBack saves a refused candidate to KeptBackDir, replacing the one
-// there.
+// keepBack saves a refused candidate to KeptBackRegistry, replacing the
+// one there.
 func (c *Cycle) keepBack(res *CycleResult, m *inference.Model, tok *inference.Tokenizer, hf inference.HFFiles, ds []schema.Dialogue) error {
-	dir := c.KeptBackDir()
+	dir := filepath.Join(c.KeptBackRegistry(), c.cfg.Model, keptBack)
 	tmp := dir + ".tmp"
 	if err := os.RemoveAll(tmp); err != nil {
 		return fmt.Errorf("at-grpo cycle: keep back the candidate: %w", err)
 	}
-	if err := c.saveCandidate(tmp, "kept-back", res, m, tok, hf, ds); err != nil {
+	if err := c.saveCandidate(tmp, keptBack, res, m, tok, hf, ds); err != nil {
 		return err
 	}
 	if err := os.RemoveAll(dir); err != nil {
@@ -701,6 +702,9 @@ func (c *Cycle) keepBack(res *CycleResult, m *inference.Model, tok *inference.To
 	res.KeptBack = dir
 	return nil
 }
+
+// keptBack is the version name of a refused candidate.
+const keptBack = "kept-back"
 
 // saveCandidate writes the trained model to dir as version, with its manifest
 // (hyperparameters, data window, evaluations) and curves.

@@ -332,8 +332,15 @@ func TestCycleKeepsACandidateItsRefereeDoesNotRank(t *testing.T) {
 		t.Errorf("cycle state %+v (err %v); want the last cycle unpublished with the reason %q", st.Last, err, res.GateReason)
 	}
 	// The refused candidate is kept for inspection, loadable as a version.
-	if res.KeptBack != c.KeptBackDir() || st.Last == nil || st.Last.KeptBack != res.KeptBack {
-		t.Fatalf("kept back at %q, state %+v; want %q in both", res.KeptBack, st.Last, c.KeptBackDir())
+	if st.Last == nil || st.Last.KeptBack == "" || st.Last.KeptBack != res.KeptBack {
+		t.Fatalf("kept back at %q, state %+v; want it in both", res.KeptBack, st.Last)
+	}
+	backReg, err := registry.NewLocal(c.KeptBackRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := backReg.Verify(context.Background(), "npc", "kept-back"); err != nil || backReg.Dir("npc", "kept-back") != res.KeptBack {
+		t.Fatalf("the kept-back candidate in its registry at %q: %v; want it verified at %q", backReg.Dir("npc", "kept-back"), err, res.KeptBack)
 	}
 	_, _, man, err := inference.LoadCheckpoint(res.KeptBack, inference.BackendConfig{})
 	if err != nil {
