@@ -672,11 +672,11 @@ func newRefereeGate(cfg RefreshConfig, root string, logger *slog.Logger) *Refere
 // and says whether it passes the thresholds; window's dialogues of the
 // held-out players give its style demos.
 func (g *RefereeGate) Judge(ctx context.Context, npc, ua string, window []schema.Dialogue) (rep *rl.RefereeReport, pass bool, reason string, err error) {
-	j, err := g.sample(ctx, npc, window)
+	m, tok, _, err := inference.LoadCheckpoint(filepath.Join(g.registry, g.cfg.NPCModel, npc), g.sft.Backend)
 	if err != nil {
-		return nil, false, "", err
+		return nil, false, "", fmt.Errorf("referee: %w", err)
 	}
-	return g.judgeOn(ctx, j, npc, ua)
+	return g.JudgeModel(ctx, m, tok, npc, ua, window)
 }
 
 // JudgeModel is Judge on sibling groups written by the NPC model m, which
@@ -686,12 +686,6 @@ func (g *RefereeGate) JudgeModel(ctx context.Context, m *inference.Model, tok *i
 	if err != nil {
 		return nil, false, "", err
 	}
-	return g.judgeOn(ctx, j, npc, ua)
-}
-
-// judgeOn measures the user agent version ua on j's sample, written by
-// the NPC npc, against the thresholds, and stops j.
-func (g *RefereeGate) judgeOn(ctx context.Context, j *referee, npc, ua string) (rep *rl.RefereeReport, pass bool, reason string, err error) {
 	defer j.stop()
 	if rep, err = g.judgeVersion(ctx, j, ua); err != nil {
 		return nil, false, "", fmt.Errorf("referee: %w", err)
