@@ -563,7 +563,11 @@ func (r *refresher) gate(parent string, window []schema.Dialogue, found *gateFin
 			r.logger.Warn("user-agent referee skipped: no NPC version writes the siblings", "npc_model", rc.NPCModel)
 			return GateVerdict{Publish: true, Reason: why + "; referee skipped: no " + rc.NPCModel + " version", Metrics: metrics, Files: files}, nil
 		}
-		j, err := g.sample(ctx, npc, window)
+		nm, ntok, err := g.loadNPC(npc)
+		if err != nil {
+			return GateVerdict{}, err
+		}
+		j, err := g.sample(ctx, nm, ntok, window)
 		if err != nil {
 			return GateVerdict{}, err
 		}
@@ -672,9 +676,9 @@ func newRefereeGate(cfg RefreshConfig, root string, logger *slog.Logger) *Refere
 // and says whether it passes the thresholds; window's dialogues of the
 // held-out players give its style demos.
 func (g *RefereeGate) Judge(ctx context.Context, npc, ua string, window []schema.Dialogue) (rep *rl.RefereeReport, pass bool, reason string, err error) {
-	m, tok, _, err := inference.LoadCheckpoint(filepath.Join(g.registry, g.cfg.NPCModel, npc), g.sft.Backend)
+	m, tok, err := g.loadNPC(npc)
 	if err != nil {
-		return nil, false, "", fmt.Errorf("referee: %w", err)
+		return nil, false, "", err
 	}
 	return g.JudgeModel(ctx, m, tok, npc, ua, window)
 }
@@ -682,7 +686,7 @@ func (g *RefereeGate) Judge(ctx context.Context, npc, ua string, window []schema
 // JudgeModel is Judge on sibling groups written by the NPC model m, which
 // need not be published (the cycle's candidate); npc names it in the log.
 func (g *RefereeGate) JudgeModel(ctx context.Context, m *inference.Model, tok *inference.Tokenizer, npc, ua string, window []schema.Dialogue) (rep *rl.RefereeReport, pass bool, reason string, err error) {
-	j, err := g.sampleModel(ctx, m, tok, window)
+	j, err := g.sample(ctx, m, tok, window)
 	if err != nil {
 		return nil, false, "", err
 	}
@@ -723,19 +727,20 @@ type referee struct {
 	stop   func()
 }
 
-// sample serves NPC version npc and samples the referee's groups and real
-// dialogues on the held-out personas, whose dialogues in window give the
-// user agent its style demos.
-func (g *RefereeGate) sample(ctx context.Context, npc string, window []schema.Dialogue) (*referee, error) {
+// loadNPC loads the published NPC version npc, whose turns the referee
+// samples.
+func (g *RefereeGate) loadNPC(npc string) (*inference.Model, *inference.Tokenizer, error) {
 	m, tok, _, err := inference.LoadCheckpoint(filepath.Join(g.registry, g.cfg.NPCModel, npc), g.sft.Backend)
 	if err != nil {
-		return nil, fmt.Errorf("referee: %w", err)
+		return nil, nil, fmt.Errorf("referee: %w", err)
 	}
-	return g.sampleModel(ctx, m, tok, window)
+	return m, tok, nil
 }
 
-// sampleModel is sample with the NPC model m.
-func (g *RefereeGate) sampleModel(ctx context.Context, m *inference.Model, tok *inference.Tokenizer, window []schema.Dialogue) (*referee, error) {
+// sample serves the NPC model m and samples the referee's groups and real
+// dialogues on the held-out personas, whose dialogues in window give the
+// user agent its style demos.
+func (g *RefereeGate) sample(ctx context.Context, m *inference.Model, tok *inference.Tokenizer, window []schema.Dialogue) (*referee, error) {
 	rc := g.cfg
 	j := &referee{cfg: rc, began: time.Now()}
 	eng, stop, err := cycleEngine(m, inference.ParleyChatFormat(tok), g.logger)
