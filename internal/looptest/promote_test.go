@@ -17,6 +17,7 @@ import (
 	"github.com/parleyhq/parley/internal/telemetry"
 	"github.com/parleyhq/parley/internal/testenv"
 	"github.com/parleyhq/parley/schema"
+	"github.com/parleyhq/parley/simulator"
 	"github.com/parleyhq/parley/simulator/bots"
 )
 
@@ -33,8 +34,22 @@ const (
 	promoteTurns   = 8
 )
 
-// TestLoopPromotes is issue 15's loop run in the product: the first-start
-// models of `parley dev`, ground-truth bots through the real gateway, the
+// mixedStart is `parley dev`'s bootstrap with a first NPC that imitates
+// the scripted NPCs of every quality, the mixture the user agent learned
+// from, instead of the good one alone: the loop's start has to leave the
+// cycle something to find. From the coherent first NPC of `make run` even
+// the players' own hazard as the referee finds about +0.1 exchanges, under
+// the A/B's resolution; from this start the cycle gains the players more
+// than one (docs/experiments/README.md, "A start with room").
+func mixedStart() devstack.BootstrapConfig {
+	c := devstack.DefaultBootstrapConfig()
+	c.NPCQualities = simulator.DefaultCorpusConfig().Qualities
+	return c
+}
+
+// TestLoopPromotes is issue 15's loop run in the product: the user agent
+// `parley dev` ships and a first NPC that learned from play of mixed
+// quality (mixedStart), ground-truth bots through the real gateway, the
 // learner's refresh (with its referee gate on the bots' population) and
 // one AT-GRPO cycle with the product's defaults but twenty steps, a 50 %
 // canary started as live-ops would, and the learner's watchdog with
@@ -61,8 +76,9 @@ func TestLoopPromotes(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The bootstrap's registry is kept; each run starts from a copy of it.
-	bootRegistry := filepath.Join(dir, "registry")
-	if err := devstack.Bootstrap(ctx, devstack.DefaultBootstrapConfig(), dir, bootRegistry, os.Stderr, tel.Logger); err != nil {
+	bootDir := filepath.Join(dir, "mixed-start")
+	bootRegistry := filepath.Join(bootDir, "registry")
+	if err := devstack.Bootstrap(ctx, mixedStart(), bootDir, bootRegistry, os.Stderr, tel.Logger); err != nil {
 		t.Fatal(err)
 	}
 	registryRoot := filepath.Join(run, "registry")
