@@ -45,10 +45,10 @@ test-loop:
 	$(GO) test -tags loop -count=1 -timeout 30m -v ./internal/looptest/
 
 # The loop in earnest (issue 15): the shipped user agent and a first NPC of
-# mixed quality, one window of bot
-# sessions, a refresh, the cycle's referee gate and a twenty-step AT-GRPO
-# cycle, a 50 % canary and the watchdog promoting on the player-level A/B
-# (about half an hour on 2 cores; LOOP_DIR keeps the bootstrap between runs).
+# mixed quality, one window of bot sessions, a refresh, the cycle's referee
+# gate and a twenty-step AT-GRPO cycle, a 50 % canary and the watchdog
+# promoting on the player-level A/B (twenty minutes to half an hour on 2
+# cores; LOOP_DIR keeps the bootstrap between runs).
 LOOP_DIR ?= $(DATA_DIR)/loop-promote
 loop-promote:
 	mkdir -p $(LOOP_DIR)
