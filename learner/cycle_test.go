@@ -322,7 +322,7 @@ func TestCycleKeepsACandidateItsRefereeDoesNotRank(t *testing.T) {
 	}
 	v := res.CandidateReferee
 	if v == nil || v.Passed || v.Report == nil || res.Published || res.Version != "" || !strings.HasPrefix(res.GateReason, "the referee gate on the candidate's turns: referee: ") {
-		t.Fatalf("candidate's referee %+v, published %v (%q), version %q; want the candidate refused by the production thresholds and kept back", v, res.Published, res.GateReason, res.Version)
+		t.Fatalf("candidate's referee %+v, published %v (%q), version %q, players' gain %+v; want the candidate refused by the production thresholds and kept back", v, res.Published, res.GateReason, res.Version, res.GTDelta)
 	}
 	if got := registryVersions(t, root, "npc"); !slices.Equal(got, []string{"v1"}) {
 		t.Errorf("npc versions = %v; want [v1]", got)
@@ -348,6 +348,33 @@ func TestCycleKeepsACandidateItsRefereeDoesNotRank(t *testing.T) {
 	}
 	if man.Version != "kept-back" || man.Parent != "v1" || man.Metrics["ua_avg_l"] != res.Candidate.UAAvgL || man.Files[schema.CurvesFile] == "" {
 		t.Errorf("kept-back manifest %+v; want version kept-back from v1 with the candidate's metrics and curves", man)
+	}
+}
+
+// TestPlayersOverrule: a candidate the referee refused on its own turns
+// is published only when the ground-truth players' paired CI of Avg.L is
+// above zero, and the reason says which verdict decided.
+func TestPlayersOverrule(t *testing.T) {
+	tests := []struct {
+		name    string
+		gt      *rl.Comparison
+		publish bool
+		reason  string
+	}{
+		{"no players", nil, false, "the referee gate on the candidate's turns: τ low"},
+		{"players lose", &rl.Comparison{DeltaAvgL: -0.3, CILow: -0.45, CIHigh: -0.15}, false, "the referee gate on the candidate's turns: τ low"},
+		{"gain within noise", &rl.Comparison{DeltaAvgL: 0.1, CILow: -0.05, CIHigh: 0.25}, false, "the referee gate on the candidate's turns: τ low"},
+		{"CI touches zero", &rl.Comparison{DeltaAvgL: 0.2, CILow: 0, CIHigh: 0.4}, false, "the referee gate on the candidate's turns: τ low"},
+		{"players gain", &rl.Comparison{DeltaAvgL: 1.22, CILow: 1.01, CIHigh: 1.43}, true,
+			"the referee gate on the candidate's turns refused (τ low), but the players gain +1.220 [+1.010, +1.430] exchanges from it, paired"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			publish, reason := playersOverrule(tt.gt, "τ low")
+			if publish != tt.publish || reason != tt.reason {
+				t.Errorf("playersOverrule(%+v) = %v, %q; want %v, %q", tt.gt, publish, reason, tt.publish, tt.reason)
+			}
+		})
 	}
 }
 
