@@ -126,7 +126,7 @@ func DefaultConfig() Config {
 		ReplicaAckTimeout: time.Second,
 		DefaultNPC:        "mira",
 		Personas: map[string]Persona{
-			"mira": {Name: "Mira", Card: inference.CompanionCard, Greeting: "Hey, you're back! Where are we heading today?"},
+			"mira": {Name: "Mira", Card: inference.CompanionCard, Greeting: inference.CompanionGreeting},
 		},
 		Sampling: Sampling{MaxTokens: 64, Temperature: 0.7, TopK: 50, TopP: 1},
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/parleyhq/parley/inference"
+	"github.com/parleyhq/parley/learner"
+	"github.com/parleyhq/parley/learner/rl"
 	"github.com/parleyhq/parley/schema"
 )
 
@@ -68,5 +70,36 @@ func TestBuildPromptFromTheCacheIsTheWholeEncoding(t *testing.T) {
 		if err != nil || !slices.Equal(got, want) {
 			t.Errorf("build %d = %v, %v; want %v", i+1, got, err, want)
 		}
+	}
+}
+
+// TestTheLearnerTrainsOnTheServedPrompt: the AT-GRPO cycle's prompt of a
+// dialogue (learner.DefaultCycleConfig's card and greeting, rl's layout) is
+// the gateway's prompt of the same dialogue with its default NPC, token for
+// token. Without the greeting the mixed-quality first NPC of the loop run
+// is a different policy: 3.0–3.2 exchanges with the players at L 6, served
+// 4.1–4.2 (docs/experiments/README.md, "The prompt RL trained on").
+func TestTheLearnerTrainsOnTheServedPrompt(t *testing.T) {
+	tok := testTokenizer(t)
+	gc := DefaultConfig()
+	p := gc.Personas[gc.DefaultNPC]
+	hist := []schema.Exchange{{Turn: 1, User: "hello there", NPC: "well met"}, {Turn: 2, User: "any news?", NPC: "the bridge is out"}}
+	want, err := buildPrompt(tok, p, hist, "and now?", 4096, 48)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := learner.DefaultCycleConfig()
+	pol, err := rl.NewModelPolicy(nil, tok, 4096, cc.Policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := rl.State{Prompt: &rl.Prompt{System: cc.DefaultCard, Greeting: cc.DefaultGreeting, Opening: "hello there"},
+		History: []rl.Exchange{{NPC: "well met", User: "any news?"}, {NPC: "the bridge is out", User: "and now?"}}}
+	got, err := pol.Encode(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("the cycle's prompt\n%q\nis not the served one\n%q", tok.Decode(got), tok.Decode(want))
 	}
 }

@@ -129,6 +129,12 @@ const CompanionCard = `You are Mira, a companion character in a fantasy adventur
 	`Engage with what the player says, build on the topics they care about and ask them relevant questions. ` +
 	`Do not repeat yourself, do not stall with filler, and never pretend to be a human outside the game.`
 
+// CompanionGreeting is the default NPC's first line: the gateway sends it
+// when a session opens and puts it before the player's first message in
+// the NPC's prompt, and the learner's RL prompts carry it too, so the
+// policy is trained and judged on the prompt it is served with.
+const CompanionGreeting = "Hey, you're back! Where are we heading today?"
+
 // ChatFormat is how a model version turns a dialogue into prompt ids and
 // where its replies end: Parley's own layout (EncodeChat; a reply ends at
 // <|end|>), or the Hugging Face chat template an imported model came with

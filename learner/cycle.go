@@ -79,9 +79,12 @@ type CycleConfig struct {
 	// (docs/experiments/README.md, loop run 11). Nil trains against any
 	// user agent.
 	Referee *RefereeGate `json:"-"`
-	// DefaultCard is the NPC's system prompt.
-	DefaultCard string                  `json:"default_card"`
-	Backend     inference.BackendConfig `json:"backend"`
+	// DefaultCard is the NPC's system prompt and DefaultGreeting its first
+	// line, as the gateway serves its default NPC (gateway.DefaultConfig):
+	// the policy is trained and judged on the prompt it is served with.
+	DefaultCard     string                  `json:"default_card"`
+	DefaultGreeting string                  `json:"default_greeting"`
+	Backend         inference.BackendConfig `json:"backend"`
 }
 
 // DefaultCycleConfig runs a small AT-GRPO cycle (W=4, w=2, γ=2, L=6, four
@@ -111,7 +114,7 @@ func DefaultCycleConfig() CycleConfig {
 		Model: "npc", UserAgentModel: "user-agent", RL: c, Policy: pc, UserAgent: ua, Players: pop, PlayersSeed: 1,
 		HeldOutShare: 0.2, Seed: 1, MaxDialogues: 2000, MaxTurns: 10,
 		EvalPrompts: 400, EvalDepth: 6, CurvePrompts: 8, CurveEvery: 2,
-		DefaultCard: DefaultNPCCard, Backend: inference.DefaultBackendConfig(),
+		DefaultCard: DefaultNPCCard, DefaultGreeting: inference.CompanionGreeting, Backend: inference.DefaultBackendConfig(),
 	}
 }
 
@@ -627,7 +630,7 @@ func (c *Cycle) prompts(ds []schema.Dialogue) (pool, held []rl.Prompt) {
 	risks := simulator.TrainingRisks(usable, c.cfg.MaxTurns)
 	players := byPlayer(usable)
 	for i, d := range usable {
-		p := rl.Prompt{ID: d.SessionID, PlayerID: d.PlayerID, System: c.cfg.DefaultCard,
+		p := rl.Prompt{ID: d.SessionID, PlayerID: d.PlayerID, System: c.cfg.DefaultCard, Greeting: c.cfg.DefaultGreeting,
 			Opening: d.Exchanges[0].User, Seed: c.cfg.Seed*1_000_003 + uint64(i)}
 		for _, o := range players[d.PlayerID] {
 			if o.SessionID == d.SessionID {
@@ -661,7 +664,7 @@ func (c *Cycle) groundTruthPrompts(pop *simulator.Population) []rl.Prompt {
 	}
 	out := make([]rl.Prompt, 0, c.cfg.EvalPrompts)
 	for i := range c.cfg.EvalPrompts {
-		out = append(out, rl.PlayerPrompt(ps[i%len(ps)], 9_000_000+uint64(i), c.cfg.DefaultCard))
+		out = append(out, rl.PlayerPrompt(ps[i%len(ps)], 9_000_000+uint64(i), c.cfg.DefaultCard, c.cfg.DefaultGreeting))
 	}
 	return out
 }

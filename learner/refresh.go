@@ -77,8 +77,10 @@ type RefereeGateConfig struct {
 	// Measure sizes the measurement and Thresholds is the pass rule.
 	Measure    rl.RefereeConfig     `json:"measure"`
 	Thresholds rl.RefereeThresholds `json:"thresholds"`
-	// DefaultCard is the NPC's system prompt.
-	DefaultCard string `json:"default_card"`
+	// DefaultCard is the NPC's system prompt and DefaultGreeting its first
+	// line (CycleConfig's).
+	DefaultCard     string `json:"default_card"`
+	DefaultGreeting string `json:"default_greeting"`
 }
 
 // DefaultRefereeGateConfig measures against the simulator's default
@@ -91,7 +93,7 @@ func DefaultRefereeGateConfig() RefereeGateConfig {
 	return RefereeGateConfig{
 		Players: simulator.DefaultPopulationConfig(), PlayersSeed: 1, NPCModel: cc.Model,
 		Policy: cc.Policy, UserAgent: cc.UserAgent, Measure: rl.DefaultRefereeConfig(), Thresholds: rl.DefaultRefereeThresholds(),
-		DefaultCard: cc.DefaultCard,
+		DefaultCard: cc.DefaultCard, DefaultGreeting: cc.DefaultGreeting,
 	}
 }
 
@@ -804,7 +806,7 @@ func (g *RefereeGate) prompts(pop *simulator.Population, window []schema.Dialogu
 	out := make([]rl.Prompt, max(rc.Measure.Groups, rc.Measure.Dialogues))
 	for i := range out {
 		p := ps[i%len(ps)]
-		out[i] = rl.PlayerPrompt(p, 7_000_000+uint64(i), rc.DefaultCard)
+		out[i] = rl.PlayerPrompt(p, 7_000_000+uint64(i), rc.DefaultCard, rc.DefaultGreeting)
 		for _, d := range demos[p.ID] {
 			if len(out[i].Demos) == 2 {
 				break

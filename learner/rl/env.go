@@ -24,8 +24,10 @@ type Prompt struct {
 	ID string `json:"id"`
 	// PlayerID is the (simulated) player whose style the user agent copies.
 	PlayerID string `json:"player_id"`
-	// System is the NPC's system prompt; empty for none.
-	System string `json:"system,omitempty"`
+	// System is the NPC's system prompt and Greeting its first line, before
+	// the opening, as the gateway serves them; empty for none.
+	System   string `json:"system,omitempty"`
+	Greeting string `json:"greeting,omitempty"`
 	// Opening is the player's first message.
 	Opening string `json:"opening"`
 	// Demos are earlier dialogues of the same player (two in the paper)

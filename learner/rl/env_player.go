@@ -28,13 +28,15 @@ var _ Environment = (*PlayerEnv)(nil)
 // NewPlayerEnv returns the environment of pop's players.
 func NewPlayerEnv(pop *simulator.Population) *PlayerEnv { return &PlayerEnv{pop: pop} }
 
-// PlayerPrompt is the prompt of persona p's conversation started with seed:
-// its opening message, no style demonstrations.
-func PlayerPrompt(p *simulator.Persona, seed uint64, system string) Prompt {
+// PlayerPrompt is the prompt of persona p's conversation started with seed
+// with an NPC of system prompt system and greeting greeting: its opening
+// message, no style demonstrations.
+func PlayerPrompt(p *simulator.Persona, seed uint64, system, greeting string) Prompt {
 	return Prompt{
 		ID:       fmt.Sprintf("%s/%d", p.ID, seed),
 		PlayerID: p.ID,
 		System:   system,
+		Greeting: greeting,
 		Opening:  p.Start(seed).Opening(),
 		Seed:     seed,
 	}

@@ -129,7 +129,7 @@ func (f *fixture) prompts(heldOut bool, n int, base uint64) []Prompt {
 		if p.HeldOut != heldOut || p.Kind.Adversarial() {
 			continue
 		}
-		out = append(out, PlayerPrompt(p, base+uint64(len(out)), ""))
+		out = append(out, PlayerPrompt(p, base+uint64(len(out)), "", ""))
 		if len(out) == n {
 			break
 		}

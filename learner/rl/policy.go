@@ -45,12 +45,16 @@ func (c PolicyConfig) Validate() error {
 	return nil
 }
 
-// Messages renders a state as the NPC's chat: the system prompt (if any),
-// the player's opening, then each exchange's NPC and user turns.
+// Messages renders a state as the NPC's chat, in the gateway's order: the
+// system prompt and the greeting (each if any), the player's opening, then
+// each exchange's NPC and user turns.
 func Messages(st State) []inference.Message {
 	var msgs []inference.Message
 	if st.Prompt.System != "" {
 		msgs = append(msgs, inference.Message{Role: inference.RoleSystem, Text: st.Prompt.System})
+	}
+	if st.Prompt.Greeting != "" {
+		msgs = append(msgs, inference.Message{Role: inference.RoleNPC, Text: st.Prompt.Greeting})
 	}
 	msgs = append(msgs, inference.Message{Role: inference.RoleUser, Text: st.Prompt.Opening})
 	for _, x := range st.History {

@@ -175,7 +175,7 @@ func TestRefereeBench(t *testing.T) {
 		var prompts []rl.Prompt
 		for k := range b.OnPolicyPerPlayer {
 			for i, p := range trainPlayers {
-				pr := rl.PlayerPrompt(p, uint64(5_000_000+1000*k+i), card)
+				pr := rl.PlayerPrompt(p, uint64(5_000_000+1000*k+i), card, "")
 				starts[pr.ID] = sessionStart{persona: p, seed: pr.Seed}
 				prompts = append(prompts, pr)
 			}
@@ -222,7 +222,7 @@ func TestRefereeBench(t *testing.T) {
 	var prompts []rl.Prompt
 	for i := range max(b.Referee.Groups, b.Referee.Dialogues) {
 		p := heldPlayers[i%len(heldPlayers)]
-		pr := rl.PlayerPrompt(p, 9_000_000+uint64(i), card)
+		pr := rl.PlayerPrompt(p, 9_000_000+uint64(i), card, "")
 		pr.Demos = demos(p.ID)
 		prompts = append(prompts, pr)
 	}
@@ -243,7 +243,7 @@ func TestRefereeBench(t *testing.T) {
 		var prompts []rl.Prompt
 		for i := range b.CalibrationSessions {
 			p := trainPlayers[i%len(trainPlayers)]
-			prompts = append(prompts, rl.PlayerPrompt(p, uint64(7_000_000+i), card))
+			prompts = append(prompts, rl.PlayerPrompt(p, uint64(7_000_000+i), card, ""))
 		}
 		logged, err := rl.PlaySessions(ctx, policy(202), players, prompts, b.MaxTurns)
 		if err != nil {

@@ -47,16 +47,16 @@ type siblingFeature struct {
 // PARLEY_SIBLINGS_NPC is the NPC checkpoint; PARLEY_SIBLINGS_PLAYERS and
 // _SEED the population (500 and 1, the loop's); _HELD_OUT=1 keeps the
 // held-out personas alone; _CARD=experiment prompts with the experiment's
-// card instead of the product's.
+// card and no greeting instead of the product's card and greeting.
 func TestRefereeSiblings(t *testing.T) {
 	dir := os.Getenv("PARLEY_SIBLINGS_NPC")
 	if dir == "" {
 		t.Skip("PARLEY_SIBLINGS_NPC names no NPC checkpoint")
 	}
 	size, seed := envInt(t, "PARLEY_SIBLINGS_PLAYERS", 500), uint64(envInt(t, "PARLEY_SIBLINGS_SEED", 1))
-	system := learner.DefaultNPCCard
+	system, greeting := learner.DefaultNPCCard, inference.CompanionGreeting
 	if os.Getenv("PARLEY_SIBLINGS_CARD") == "experiment" {
-		system = card
+		system, greeting = card, ""
 	}
 	ctx := context.Background()
 	m, tok, _, err := inference.LoadCheckpoint(dir, inference.DefaultBackendConfig())
@@ -82,7 +82,7 @@ func TestRefereeSiblings(t *testing.T) {
 	rc := rl.DefaultRefereeConfig()
 	prompts := make([]rl.Prompt, max(rc.Groups, rc.Dialogues))
 	for i := range prompts {
-		prompts[i] = rl.PlayerPrompt(personas[i%len(personas)], 9_000_000+uint64(i), system)
+		prompts[i] = rl.PlayerPrompt(personas[i%len(personas)], 9_000_000+uint64(i), system, greeting)
 	}
 	sample, err := rl.SampleReferee(ctx, rc, pol, rl.NewPlayerEnv(pop), prompts)
 	if err != nil {

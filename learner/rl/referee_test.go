@@ -267,7 +267,7 @@ func scriptedPlayers(t *testing.T, size int, seed, seedBase uint64) (*simulator.
 	}
 	var prompts []Prompt
 	for i, p := range pop.Players() {
-		prompts = append(prompts, PlayerPrompt(p, seedBase+uint64(i), ""))
+		prompts = append(prompts, PlayerPrompt(p, seedBase+uint64(i), "", ""))
 	}
 	return pop, pol, prompts
 }

@@ -102,7 +102,7 @@ func (c *corpus) prompts(heldOut bool, n int, seedBase uint64, system string) []
 	out := make([]rl.Prompt, 0, n)
 	for i := range n {
 		p := players[i%len(players)]
-		pr := rl.PlayerPrompt(p, seedBase+uint64(i), system)
+		pr := rl.PlayerPrompt(p, seedBase+uint64(i), system, "") // trained in its own layout, never served: no greeting
 		pr.Demos = c.demos(p.ID, -1)
 		out = append(out, pr)
 	}
