@@ -39,8 +39,11 @@ const (
 // from, instead of the good one alone: the loop's start has to leave the
 // cycle something to find. From the coherent first NPC of `make run` even
 // the players' own hazard as the referee finds about +0.1 exchanges, under
-// the A/B's resolution; from this start the cycle gains the players more
-// than one (docs/experiments/README.md, "A start with room").
+// the A/B's resolution; from this start the cycle gained the players more
+// than one, measured without the gateway's greeting (docs/experiments/
+// README.md, "A start with room"). Served with it, this start's turns are
+// ones the user agent does not rank, and the first referee gate stops the
+// run ("The prompt RL trained on").
 func mixedStart() devstack.BootstrapConfig {
 	c := devstack.DefaultBootstrapConfig()
 	c.NPCQualities = simulator.DefaultCorpusConfig().Qualities
