@@ -16,9 +16,13 @@ func (p npcPrompt) format(tok *inference.Tokenizer) *inference.ChatFormat {
 	return inference.ParleyChatFormat(tok)
 }
 
-// messages renders exchanges [first, k) of d after the NPC's card.
+// messages renders exchanges [first, k) of d after the NPC's card and
+// greeting.
 func (p npcPrompt) messages(d schema.Dialogue, first, k int) []inference.Message {
 	msgs := []inference.Message{{Role: inference.RoleSystem, Text: p.card(d.NPCID)}}
+	if p.greeting != "" {
+		msgs = append(msgs, inference.Message{Role: inference.RoleNPC, Text: p.greeting})
+	}
 	for _, x := range d.Exchanges[first:k] {
 		msgs = append(msgs, inference.Message{Role: inference.RoleUser, Text: x.User}, inference.Message{Role: inference.RoleNPC, Text: x.NPC})
 	}
@@ -37,7 +41,7 @@ func (p npcPrompt) instance(tok *inference.Tokenizer, d schema.Dialogue, maxSeq 
 }
 
 // generationPrompt is the prompt for the NPC's reply in exchange k
-// (0-based): card, exchanges before k, the user turn of k, then the
+// (0-based): card, greeting, exchanges before k, the user turn of k, then the
 // opening of the NPC's turn. Oldest exchanges are dropped to fit within
 // budget tokens.
 func (p npcPrompt) generationPrompt(tok *inference.Tokenizer, d schema.Dialogue, k, budget int) ([]int, error) {

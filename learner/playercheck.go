@@ -30,8 +30,10 @@ type PlayerCheckConfig struct {
 	// Sampling holds the serving settings (temperature, top-k, top-p,
 	// max tokens); its prompt, seed and stop tokens are set per reply.
 	Sampling inference.Request `json:"sampling"`
-	// Card is the system turn, as the gateway prompts the NPC.
-	Card string `json:"card"`
+	// Card is the system turn and Greeting the NPC's first turn, as the
+	// gateway prompts its default NPC.
+	Card     string `json:"card"`
+	Greeting string `json:"greeting"`
 	// Resamples is the number of bootstrap resamples of the players.
 	Resamples int `json:"resamples"`
 	// Samples is the number of the model's conversations kept to show.
@@ -42,10 +44,10 @@ type PlayerCheckConfig struct {
 
 // DefaultPlayerCheckConfig plays 200 held-out players of population seed
 // 1 for up to 4 exchanges each with the gateway's default sampling
-// (temperature 0.7, top-k 50, 64 tokens) and card.
+// (temperature 0.7, top-k 50, 64 tokens), card and greeting.
 func DefaultPlayerCheckConfig() PlayerCheckConfig {
 	return PlayerCheckConfig{Players: 200, PopulationSeed: 1, MaxTurns: 4, Sampling: inference.DefaultSampling(),
-		Card: DefaultNPCCard, Resamples: 2000, Samples: 4, Seed: 1}
+		Card: DefaultNPCCard, Greeting: inference.CompanionGreeting, Resamples: 2000, Samples: 4, Seed: 1}
 }
 
 // Validate reports the first bad field.
@@ -145,7 +147,7 @@ func CheckNPC(ctx context.Context, dir string, vocab simulator.Vocabulary, cfg P
 		g, _ := generic.Reply(gconv.Opening())
 		out[i].generic = gconv.Assess(g).Hazard
 
-		npc := &modelNPC{eng: eng, tok: tok, prompt: npcPrompt{defaultCard: cfg.Card}, sampling: cfg.Sampling,
+		npc := &modelNPC{eng: eng, tok: tok, prompt: npcPrompt{defaultCard: cfg.Card, greeting: cfg.Greeting}, sampling: cfg.Sampling,
 			end: end, maxSeq: eng.MaxSeq(), rng: rand.New(rand.NewPCG(cfg.Seed, convSeed))}
 		wg.Go(func() {
 			sem <- struct{}{}
@@ -267,8 +269,8 @@ func bootstrapRatio(rng *rand.Rand, num, den []float64, resamples int) Interval 
 }
 
 // modelNPC is one conversation's NPC on an inference engine, prompted as
-// the gateway prompts it: card, the exchanges so far that fit, the
-// player's message.
+// the gateway prompts it: card, greeting, the exchanges so far that fit,
+// the player's message.
 type modelNPC struct {
 	eng      *inference.Engine
 	tok      *inference.Tokenizer

@@ -6,8 +6,12 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 
+	"github.com/parleyhq/parley/inference"
+	"github.com/parleyhq/parley/learner/rl"
+	"github.com/parleyhq/parley/schema"
 	"github.com/parleyhq/parley/simulator"
 )
 
@@ -76,5 +80,30 @@ func TestBootstrapRatio(t *testing.T) {
 	got := bootstrapRatio(rng, []float64{0, 1, 0, 1, 0, 1, 0, 1}, nil, 2000)
 	if got.Mean != 0.5 || got.Low >= 0.5 || got.High <= 0.5 || got.Low < 0 || got.High > 1 {
 		t.Errorf("half ones: %v; want mean 0.5 inside a proper interval within [0, 1]", got)
+	}
+}
+
+// TestPlayerCheckPromptsAsServed: the player check prompts the NPC with the
+// default card and greeting in rl.Messages' layout, the one the gateway
+// serves (gateway's TestTheLearnerTrainsOnTheServedPrompt).
+func TestPlayerCheckPromptsAsServed(t *testing.T) {
+	tok, err := inference.TrainTokenizer([]string{"hello there, any news about the bridge?"}, 300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultPlayerCheckConfig()
+	d := schema.Dialogue{Exchanges: []schema.Exchange{{User: "hello there", NPC: "well met"}, {User: "any news?"}}}
+	got, err := npcPrompt{defaultCard: cfg.Card, greeting: cfg.Greeting}.generationPrompt(tok, d, 1, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := rl.State{Prompt: &rl.Prompt{System: inference.CompanionCard, Greeting: inference.CompanionGreeting, Opening: "hello there"},
+		History: []rl.Exchange{{NPC: "well met", User: "any news?"}}}
+	want, err := inference.ParleyChatFormat(tok).Encode(rl.Messages(st), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("the player check's prompt\n%q\nis not the served one\n%q", tok.Decode(got), tok.Decode(want))
 	}
 }

@@ -49,6 +49,9 @@ const DefaultNPCCard = inference.CompanionCard
 type npcPrompt struct {
 	cards       map[string]string
 	defaultCard string
+	// greeting is the NPC's first turn after the card, as the gateway
+	// serves it; empty for none (SFT's dialogues have none).
+	greeting string
 	// chat is the model's chat format (an imported model's template); nil
 	// means Parley's layout on the tokenizer at hand.
 	chat *inference.ChatFormat
