@@ -76,7 +76,7 @@ func TestBuildPromptFromTheCacheIsTheWholeEncoding(t *testing.T) {
 // TestTheLearnerTrainsOnTheServedPrompt: the AT-GRPO cycle's prompt of a
 // dialogue (learner.DefaultCycleConfig's card and greeting, rl's layout) is
 // the gateway's prompt of the same dialogue with its default NPC, token for
-// token. Without the greeting the mixed-quality first NPC of the loop run
+// token, and the cycle samples turns as the gateway does. Without the greeting the mixed-quality first NPC of the loop run
 // is a different policy: 3.0–3.2 exchanges with the players at L 6, served
 // 4.1–4.2 (docs/experiments/README.md, "The prompt RL trained on").
 func TestTheLearnerTrainsOnTheServedPrompt(t *testing.T) {
@@ -101,5 +101,9 @@ func TestTheLearnerTrainsOnTheServedPrompt(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("the cycle's prompt\n%q\nis not the served one\n%q", tok.Decode(got), tok.Decode(want))
+	}
+	sp, gs := cc.Policy.Sampling, gc.Sampling
+	if sp.MaxTokens != gs.MaxTokens || sp.Temperature != gs.Temperature || sp.TopK != gs.TopK || sp.TopP != gs.TopP {
+		t.Errorf("the cycle samples %+v; the gateway serves %+v", sp, gs)
 	}
 }

@@ -88,8 +88,9 @@ type CycleConfig struct {
 }
 
 // DefaultCycleConfig runs a small AT-GRPO cycle (W=4, w=2, γ=2, L=6, four
-// trees per step, 10 steps, NPC turns of up to 48 tokens: the experiment's
-// small profile, trained and evaluated at the same L) every 200 new
+// trees per step, 10 steps: the experiment's small profile, trained and
+// evaluated at the same L; NPC turns sampled as the gateway serves them,
+// temperature 0.7, top-k 50, up to 64 tokens) every 200 new
 // sessions or 6 hours, fitting 2 CPU cores, with the acceptance run's KL
 // weight β 0.2 and lr 6e-4. On the first-start NPC's own sessions, lr 2e-4
 // with β 0.01 gained six times more on the user agent than on the players
@@ -104,7 +105,7 @@ func DefaultCycleConfig() CycleConfig {
 	c.Update.Train.LearningRate, c.Update.Beta = 6e-4, 0.2
 	c.Update.MiniBatch = 32
 	pc := rl.DefaultPolicyConfig()
-	pc.Sampling.MaxTokens = 48
+	pc.Sampling = inference.DefaultSampling()
 	ua := simulator.DefaultUserAgentConfig()
 	ua.Sampling.MaxTokens = 16
 	pop := simulator.DefaultPopulationConfig()
