@@ -76,9 +76,10 @@ func TestBuildPromptFromTheCacheIsTheWholeEncoding(t *testing.T) {
 // TestTheLearnerTrainsOnTheServedPrompt: the AT-GRPO cycle's prompt of a
 // dialogue (learner.DefaultCycleConfig's card and greeting, rl's layout) is
 // the gateway's prompt of the same dialogue with its default NPC, token for
-// token, and the cycle samples turns as the gateway does. Without the greeting the mixed-quality first NPC of the loop run
-// is a different policy: 3.0–3.2 exchanges with the players at L 6, served
-// 4.1–4.2 (docs/experiments/README.md, "The prompt RL trained on").
+// token, and the cycle samples turns as the gateway does. Without the
+// greeting the mixed-quality first NPC of the loop run is a different
+// policy: 3.0–3.2 exchanges with the players at L 6, served 4.1–4.2
+// (docs/experiments/README.md, "The prompt RL trained on").
 func TestTheLearnerTrainsOnTheServedPrompt(t *testing.T) {
 	tok := testTokenizer(t)
 	gc := DefaultConfig()
