@@ -10,7 +10,8 @@
 //	POST /v1/sessions                  {player_id, npc_id?, client?} → 201 {session_id, greeting, policy_version, arm}
 //	POST /v1/sessions/{id}/messages    {text} → {reply, turn, safety, ended?}; with Accept: text/event-stream
 //	                                   "token" events {"text"} and a final "done" event with the same body
-//	POST /v1/sessions/{id}/end         → the session view; session_ended with player_ended
+//	POST /v1/sessions/{id}/end         {reason?} → the session view; session_ended with player_ended, or
+//	                                   max_turns when the game's own limit on exchanges ended it
 //	GET  /v1/sessions/{id}             → the session view with its transcript (the creating client only)
 //	POST /v1/chat/completions          OpenAI's chat API, stream ("data: chunk" … "data: [DONE]") or not;
 //	                                   X-Parley-Session: <uuid> makes it a turn of a logged session

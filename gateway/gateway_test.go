@@ -61,6 +61,33 @@ func TestSessionLifecycle(t *testing.T) {
 	}
 }
 
+// TestEndSessionReason: a game ends a session with the reason its own
+// limit on exchanges gives (max_turns), which the session_ended event
+// carries; a reason a client may not give, or a body that is not the
+// request, is a 400 that leaves the session open.
+func TestEndSessionReason(t *testing.T) {
+	e := newEnv(t, FromEngine(startEngine(t, inference.DefaultEngineConfig())))
+	created := e.createSession(e.key, "player-cap")
+	e.say(e.key, created.SessionID, "Hello there!")
+	end := "/v1/sessions/" + created.SessionID + "/end"
+	for _, body := range []string{`{"reason":"safety"}`, `{"reason":"idle_timeout"}`, `{"reason":7}`, `not json`} {
+		assertError(t, e.do("POST", end, e.key, body), http.StatusBadRequest, "bad_request")
+	}
+	var v schema.SessionView
+	e.do("GET", "/v1/sessions/"+created.SessionID, e.key, nil).decode(t, http.StatusOK, &v)
+	if v.Ended != "" {
+		t.Fatalf("after refused ends the session ended %q; want it open", v.Ended)
+	}
+	e.do("POST", end, e.key, schema.EndSessionRequest{Reason: schema.EndMaxTurns}).decode(t, http.StatusOK, &v)
+	if v.Ended != schema.EndMaxTurns {
+		t.Errorf("end with max_turns: ended %q; want max_turns", v.Ended)
+	}
+	evs := e.events.all()
+	if last := evs[len(evs)-1]; last.Type != schema.SessionEnded || last.Reason != schema.EndMaxTurns || last.Turns != 1 {
+		t.Errorf("last event = %s %q after %d turns; want session_ended max_turns after 1", last.Type, last.Reason, last.Turns)
+	}
+}
+
 func TestSSEAssemblesToTheJSONReply(t *testing.T) {
 	e := newEnv(t, FromEngine(startEngine(t, inference.DefaultEngineConfig())))
 	const text = "Where are we heading today?"

@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -210,27 +212,41 @@ func (s *Server) request(prompt []int, chat *inference.ChatFormat) GenerateReque
 	}
 }
 
-// POST /v1/sessions/{id}/end
+// POST /v1/sessions/{id}/end, with an optional schema.EndSessionRequest.
 func (s *Server) endSessionHandler(c echo.Context) error {
 	sess, err := s.ownedSession(c)
 	if err != nil {
 		return err
 	}
+	body, err := readBody(c.Request().Body, s.cfg.MaxBodyBytes)
+	if err != nil {
+		return err
+	}
+	var req schema.EndSessionRequest
+	if len(bytes.TrimSpace(body)) > 0 {
+		if err := decodeJSON(body, &req); err != nil {
+			return err
+		}
+		if err := req.Validate(); err != nil {
+			return fmt.Errorf("%w: %w", ErrBadRequest, err)
+		}
+	}
+	reason := cmp.Or(req.Reason, schema.EndPlayerEnded)
 	if sess.Ended != "" {
 		return fmt.Errorf("session %s ended (%s): %w", sess.ID, sess.Ended, ErrSessionEnded)
 	}
 	ctx := c.Request().Context()
-	ended, err := s.endSession(ctx, sess.ID, schema.EndPlayerEnded, "+inf")
+	ended, err := s.endSession(ctx, sess.ID, reason, "+inf")
 	if err != nil {
 		return err
 	}
 	if ended == nil {
 		return fmt.Errorf("session %s: %w", sess.ID, ErrSessionEnded)
 	}
-	if err := s.publish(ctx, s.endedEvent(ended, schema.EndPlayerEnded)); err != nil {
+	if err := s.publish(ctx, s.endedEvent(ended, reason)); err != nil {
 		return err
 	}
-	s.metrics.sessionsEnded(ctx, schema.EndPlayerEnded)
+	s.metrics.sessionsEnded(ctx, reason)
 	return c.JSON(http.StatusOK, view(ended))
 }
 

@@ -47,6 +47,24 @@ func (r CreateSessionRequest) Validate() error {
 	return nil
 }
 
+// EndSessionRequest is the optional body of POST /v1/sessions/{id}/end:
+// why the game ends the session.
+type EndSessionRequest struct {
+	// Reason is player_ended (the default) when the player left, or
+	// max_turns when the game's own limit on exchanges ended it: a cut the
+	// learner does not count as the player's decision to quit.
+	Reason EndReason `json:"reason,omitempty" jsonschema:"enum=player_ended,enum=max_turns"`
+}
+
+// Validate accepts the reasons a client may give.
+func (r EndSessionRequest) Validate() error {
+	switch r.Reason {
+	case "", EndPlayerEnded, EndMaxTurns:
+		return nil
+	}
+	return fmt.Errorf("reason %q must be %s or %s", r.Reason, EndPlayerEnded, EndMaxTurns)
+}
+
 // CreateSessionResponse answers POST /v1/sessions.
 type CreateSessionResponse struct {
 	SessionID     string `json:"session_id"`

@@ -14,6 +14,7 @@ func wireTypes() map[string]any {
 		"session_event.json":            SessionEvent{},
 		"create_session_request.json":   CreateSessionRequest{},
 		"create_session_response.json":  CreateSessionResponse{},
+		"end_session_request.json":      EndSessionRequest{},
 		"message_request.json":          MessageRequest{},
 		"message_response.json":         MessageResponse{},
 		"session_view.json":             SessionView{},

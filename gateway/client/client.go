@@ -135,12 +135,14 @@ func (c *Client) Session(ctx context.Context, sessionID string) (schema.SessionV
 	return out, valid(path, out.Validate())
 }
 
-// EndSession ends the session for the player and returns its final view
-// (POST /v1/sessions/{id}/end); an answer without a body gives a zero view.
-func (c *Client) EndSession(ctx context.Context, sessionID string) (schema.SessionView, error) {
+// EndSession ends the session with reason ("" for player_ended; max_turns
+// when the game's own limit on exchanges ends it) and returns its final
+// view (POST /v1/sessions/{id}/end); an answer without a body gives a zero
+// view.
+func (c *Client) EndSession(ctx context.Context, sessionID string, reason schema.EndReason) (schema.SessionView, error) {
 	var out schema.SessionView
 	path := sessionPath(sessionID) + "/end"
-	if err := c.call(ctx, http.MethodPost, path, nil, struct{}{}, &out); err != nil {
+	if err := c.call(ctx, http.MethodPost, path, nil, schema.EndSessionRequest{Reason: reason}, &out); err != nil {
 		return out, err
 	}
 	if out.SessionID == "" {

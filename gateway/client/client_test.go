@@ -100,7 +100,7 @@ func TestClientAgainstGateway(t *testing.T) {
 	if v.Turns != 2 || len(v.Transcript) != 2 || v.Transcript[1].User != "Where does the north road lead?" || v.Ended != "" {
 		t.Errorf("Session = %+v; want two exchanges, not ended", v)
 	}
-	end, err := c.EndSession(ctx, s.SessionID)
+	end, err := c.EndSession(ctx, s.SessionID, "")
 	if err != nil {
 		t.Fatalf("EndSession: %v", err)
 	}
@@ -178,8 +178,9 @@ func TestChatCompletionsInSession(t *testing.T) {
 		v.Transcript[0].User != "Hello there" || v.Transcript[1].NPC != reply {
 		t.Errorf("Session = %+v; want player p-sdk's two exchanges", v)
 	}
-	if _, err := c.EndSession(ctx, id); err != nil {
-		t.Fatalf("EndSession: %v", err)
+	// A game whose own limit on exchanges ends the session says so.
+	if end, err := c.EndSession(ctx, id, schema.EndMaxTurns); err != nil || end.Ended != schema.EndMaxTurns {
+		t.Fatalf("EndSession with max_turns = %q, %v; want max_turns", end.Ended, err)
 	}
 	_, err = c.ChatCompletion(ctx, chat("Still there?"), client.WithSession(id))
 	assertError(t, err, http.StatusConflict, "session_ended")

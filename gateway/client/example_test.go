@@ -46,7 +46,7 @@ func ExampleClient() {
 		log.Fatal(err)
 	}
 	fmt.Println("\nexchanges:", len(v.Transcript))
-	if _, err := c.EndSession(ctx, s.SessionID); err != nil {
+	if _, err := c.EndSession(ctx, s.SessionID, ""); err != nil {
 		log.Fatal(err)
 	}
 }

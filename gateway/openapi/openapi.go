@@ -82,8 +82,10 @@ func operations() []operation {
 			summary: "Send the player's message and get the NPC's reply (streamed as token events with Accept: text/event-stream)",
 			auth:    playerKey, params: []param{sessionID}, request: schema.MessageRequest{}, status: http.StatusOK,
 			response: schema.MessageResponse{}, sse: schema.MessageResponse{}},
-		{method: http.MethodPost, path: "/v1/sessions/{id}/end", id: "endSession", tag: tagPlayer, summary: "End a session",
-			auth: playerKey, params: []param{sessionID}, status: http.StatusOK, response: schema.SessionView{}},
+		{method: http.MethodPost, path: "/v1/sessions/{id}/end", id: "endSession", tag: tagPlayer,
+			summary: "End a session: the player left, or the game's own limit on exchanges ended it (reason max_turns)",
+			auth:    playerKey, params: []param{sessionID}, request: schema.EndSessionRequest{}, optionalBody: true, status: http.StatusOK,
+			response: schema.SessionView{}},
 		{method: http.MethodGet, path: "/v1/sessions/{id}", id: "getSession", tag: tagPlayer, summary: "A session and its latest exchanges",
 			auth: playerKey, params: []param{sessionID}, status: http.StatusOK, response: schema.SessionView{}},
 

@@ -357,7 +357,7 @@ func soakPlayer(ctx context.Context, c *client.Client, player string, turns int,
 			}
 		}
 		if !ended {
-			timed(func() error { _, err := c.EndSession(ctx, created.SessionID); return err })
+			timed(func() error { _, err := c.EndSession(ctx, created.SessionID, ""); return err })
 		}
 	}
 }

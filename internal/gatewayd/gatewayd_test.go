@@ -72,9 +72,13 @@ func TestGatewayProcessEndToEnd(t *testing.T) {
 	want := 2*players.Sessions + sum.Exchanges
 	events := k.ReadSessionEvents(ctx, t, cfg.SessionLog.Topic, want)
 	byType := map[schema.EventType]int{}
+	ended := map[schema.EndReason]int{}
 	ids := map[string]bool{}
 	for _, ev := range events {
 		byType[ev.Type]++
+		if ev.Type == schema.SessionEnded {
+			ended[ev.Reason]++
+		}
 		if ids[ev.EventID] {
 			t.Errorf("event %s delivered twice", ev.EventID)
 		}
@@ -85,6 +89,11 @@ func TestGatewayProcessEndToEnd(t *testing.T) {
 	}
 	if byType[schema.SessionStarted] != players.Sessions || byType[schema.SessionEnded] != players.Sessions || byType[schema.TurnEvent] != sum.Exchanges {
 		t.Errorf("events by type = %v; want %d started, %d turns, %d ended", byType, players.Sessions, sum.Exchanges, players.Sessions)
+	}
+	// The bots' own cap on exchanges reaches the log as max_turns, not as
+	// the player's decision to quit.
+	if capped := sum.EndReasons[string(schema.EndMaxTurns)]; capped == 0 || ended[schema.EndMaxTurns] != capped {
+		t.Errorf("session_ended reasons %v; want max_turns for each of the %d sessions the bots capped (%v)", ended, capped, sum.EndReasons)
 	}
 
 	// The admin API answers live-ops, refuses a player key; the dashboard is served.

@@ -35,8 +35,9 @@ type Config struct {
 	Concurrency int    `json:"concurrency"` // sessions at a time
 	Seed        uint64 `json:"seed"`
 	NPCID       string `json:"npc_id,omitempty"`
-	// MaxTurns ends a session from the client side with max_turns after that
-	// many exchanges; 0 leaves the limit to the gateway.
+	// MaxTurns ends a session from the client side after that many
+	// exchanges, telling the gateway max_turns; 0 leaves the limit to the
+	// gateway.
 	MaxTurns int `json:"max_turns"`
 	// ThinkTime is how long a persona waits before each message after its
 	// first, as a player reads the reply and types. With 0 the load is
@@ -300,8 +301,14 @@ func (b *bot) play(ctx context.Context, p *simulator.Persona, i int) sessionResu
 			return fail("think", err)
 		}
 	}
+	// The bot's own cap on exchanges ends the session with max_turns, so
+	// that the learner does not count it as the player's decision to quit.
+	var reason schema.EndReason
+	if r.reason == schema.EndMaxTurns {
+		reason = r.reason
+	}
 	n, err = b.retry(ctx, func() error {
-		_, err := b.api.EndSession(ctx, created.SessionID)
+		_, err := b.api.EndSession(ctx, created.SessionID, reason)
 		return err
 	})
 	r.retries += n
