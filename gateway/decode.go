@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -44,6 +46,22 @@ func decodeJSON(body []byte, v any) error {
 		return fmt.Errorf("%w: body is not valid JSON: %w", ErrBadRequest, err)
 	}
 	return nil
+}
+
+// parseEndReason decodes and checks the optional body of an end request
+// (schema.EndSessionRequest): its reason, player_ended when the body is
+// empty or gives none.
+func parseEndReason(body []byte) (schema.EndReason, error) {
+	var req schema.EndSessionRequest
+	if len(bytes.TrimSpace(body)) > 0 {
+		if err := decodeJSON(body, &req); err != nil {
+			return "", err
+		}
+		if err := req.Validate(); err != nil {
+			return "", fmt.Errorf("%w: %w", ErrBadRequest, err)
+		}
+	}
+	return cmp.Or(req.Reason, schema.EndPlayerEnded), nil
 }
 
 // parseMessage decodes and checks the body of a player message.

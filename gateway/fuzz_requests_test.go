@@ -45,6 +45,30 @@ func FuzzCreateSessionRequest(f *testing.F) {
 	})
 }
 
+// FuzzEndSessionRequest parses the optional body of POST
+// /v1/sessions/{id}/end as the handler does: any input is refused with
+// ErrBadRequest or gives a reason a client may end a session with.
+func FuzzEndSessionRequest(f *testing.F) {
+	for _, s := range []string{
+		``, ` `, `{}`, `{"reason":"max_turns"}`, `{"reason":"player_ended"}`, `{"reason":"safety"}`, `{"reason":""}`,
+		`{"reason":7}`, `null`, `[]`, `{"reason":"max_turns"} x`, "{\"reason\":\"\xff\"}", strings.Repeat("{", 11000),
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		reason, err := parseEndReason(body)
+		if err != nil {
+			if !errors.Is(err, ErrBadRequest) {
+				t.Fatalf("end body %q: %v; want ErrBadRequest", body, err)
+			}
+			return
+		}
+		if reason != schema.EndPlayerEnded && reason != schema.EndMaxTurns {
+			t.Fatalf("end body %q accepted reason %q", body, reason)
+		}
+	})
+}
+
 // FuzzChatCompletionRequest decodes an OpenAI chat request as the handler
 // does and builds its prompt: any input is refused with ErrBadRequest or
 // ErrTooLarge, or gives a prompt that leaves room for the reply.

@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"bytes"
-	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -222,16 +220,10 @@ func (s *Server) endSessionHandler(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	var req schema.EndSessionRequest
-	if len(bytes.TrimSpace(body)) > 0 {
-		if err := decodeJSON(body, &req); err != nil {
-			return err
-		}
-		if err := req.Validate(); err != nil {
-			return fmt.Errorf("%w: %w", ErrBadRequest, err)
-		}
+	reason, err := parseEndReason(body)
+	if err != nil {
+		return err
 	}
-	reason := cmp.Or(req.Reason, schema.EndPlayerEnded)
 	if sess.Ended != "" {
 		return fmt.Errorf("session %s ended (%s): %w", sess.ID, sess.Ended, ErrSessionEnded)
 	}
