@@ -485,8 +485,7 @@ func calibrateUserAgent(ctx context.Context, m *inference.Model, tok *inference.
 		return nil, "", fmt.Errorf("calibrate: %w", err)
 	}
 	fit.Fitted, fit.Calibration, fit.Decisions = true, c, n
-	return fit, fmt.Sprintf("calibration scale %.2f, offset %.2f, early %.2f, on-last %.2f, off-topic %.2f, repeat %.2f on %d decisions (%d quits)%s",
-		c.Scale, c.Offset, c.Early, c.OnLast, c.OffTopic, c.Repeat, n, quits, topicsWhy), nil
+	return fit, fmt.Sprintf("calibration %s on %d decisions (%d quits)%s", c.Summary(), n, quits, topicsWhy), nil
 }
 
 // calibrationAttrs are a calibration's values as log attributes; none for nil.
@@ -494,8 +493,7 @@ func calibrationAttrs(c *refreshCalibration) []any {
 	if c == nil {
 		return nil
 	}
-	return []any{"fitted", c.Fitted, "scale", c.Scale, "offset", c.Offset, "early", c.Early, "on_last", c.OnLast, "off_topic", c.OffTopic,
-		"repeat", c.Repeat, "topic_words", c.TopicWords, "decisions", c.Decisions, "sessions", c.Sessions}
+	return []any{"fitted", c.Fitted, "values", c.Summary(), "topic_words", c.TopicWords, "decisions", c.Decisions, "sessions", c.Sessions}
 }
 
 // CalibratedGate is an SFTConfig.Gate for a user agent trained with sft

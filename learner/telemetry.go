@@ -58,7 +58,7 @@ func (l *Learner) RegisterMetrics(meter metric.Meter) (metric.Registration, erro
 	pub := counter(metricRefreshPub, "User-agent refreshes whose version the fidelity gate published.")
 	lastRun := gauge(metricRefreshLastRun, "Unix time of the last refresh (or postponement).", "s")
 	accepted := gauge(metricRefreshAccepted, "1 when the fidelity gate published the last refresh this process ran, else 0.", "")
-	gate := gauge(metricRefreshGate, "The gates' inputs of the last refresh, of the user agent before and after: stat rho or term_log_loss (fidelity gate), kendall_tau, kendall_tau_ci_low, kendall_tau_ci_high, pearson or sim_real_avg_l (referee gate, when it measured them); calibration_scale, calibration_offset (0 and 0: none fitted), calibration_on_last, calibration_off_topic (its word-topic weights), calibration_repeat (its repetition weight) or calibration_decisions of the refreshed agent (side after).", "")
+	gate := gauge(metricRefreshGate, "The gates' inputs of the last refresh, of the user agent before and after: stat rho or term_log_loss (fidelity gate), kendall_tau, kendall_tau_ci_low, kendall_tau_ci_high, pearson or sim_real_avg_l (referee gate, when it measured them); the refreshed agent's calibration (side after: calibration_scale and calibration_offset, 0 and 0 when none was fitted, calibration_early_1 … 3, the feature weights calibration_on_last … calibration_asks_named, calibration_decisions).", "")
 	loss := gauge(metricRefreshLoss, "Training loss of the last step of the last refresh.", "")
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -111,12 +111,8 @@ func (l *Learner) RegisterMetrics(meter metric.Meter) (metric.Registration, erro
 				}
 			}
 			if c := last.Calibration; c != nil {
-				for _, v := range []struct {
-					stat  string
-					value float64
-				}{{"calibration_scale", c.Scale}, {"calibration_offset", c.Offset}, {"calibration_on_last", c.OnLast},
-					{"calibration_off_topic", c.OffTopic}, {"calibration_repeat", c.Repeat}, {"calibration_decisions", float64(c.Decisions)}} {
-					o.ObserveFloat64(gate, v.value, metric.WithAttributes(attribute.String("stat", v.stat), attribute.String("side", "after")))
+				for stat, value := range c.Calibration.Metrics(c.Decisions) {
+					o.ObserveFloat64(gate, value, metric.WithAttributes(attribute.String("stat", stat), attribute.String("side", "after")))
 				}
 			}
 			o.ObserveFloat64(loss, last.Loss)

@@ -71,7 +71,7 @@ func TestHealthMetrics(t *testing.T) {
 	}
 	for name, want := range map[string]int{
 		metricConsumerLag: 2, metricStored: 1, metricOpenSessions: 1, metricRefreshRuns: 1, metricRefreshPub: 1,
-		metricRefreshLastRun: 1, metricRefreshAccepted: 1, metricRefreshGate: 6 + 5 + 6, metricRefreshLoss: 1,
+		metricRefreshLastRun: 1, metricRefreshAccepted: 1, metricRefreshGate: 6 + 5 + 14, // fidelity, referee, calibration (scale, offset, 3 early, 8 weights, decisions) metricRefreshLoss: 1,
 		metricCycleRuns: 1, metricCycleLastRun: 1, metricCycleAccepted: 1, metricCycleGate: 8, metricCycleLoss: 1, metricCycleReferee: 1,
 	} {
 		if points[name] != want {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"gonum.org/v1/gonum/floats"
 	"gonum.org/v1/gonum/mat"
@@ -33,27 +34,33 @@ type WordTopics struct {
 // WordTopicsConfig sizes LearnWordTopics: Topics clusters of word vectors
 // with Dims dimensions, over the words in at least MinMessages messages and
 // at most MaxShare of them (more common words are function words), the
-// MaxWords most common of those (the SVD's cost grows with their cube).
+// MaxWords most common of those (the SVD's cost grows with their cube). A
+// word keeps its topic only when its vector's cosine to the topic's centre
+// is at least MinCosine: words players use with every topic ("best",
+// "love", "near") sit far from any centre and name none.
 type WordTopicsConfig struct {
 	Topics      int     `json:"topics"`
 	Dims        int     `json:"dims"`
 	MinMessages int     `json:"min_messages"`
 	MaxShare    float64 `json:"max_share"`
 	MaxWords    int     `json:"max_words"`
+	MinCosine   float64 `json:"min_cosine"`
 	Seed        uint64  `json:"seed"`
 }
 
 // DefaultWordTopicsConfig: 16 topics of 20-dimensional vectors over the
-// 2,000 most common words in 5 messages or more and at most 5 % of them.
+// 2,000 most common words in 5 messages or more and at most 5 % of them,
+// each word within cosine 0.7 of its topic's centre.
 func DefaultWordTopicsConfig() WordTopicsConfig {
-	return WordTopicsConfig{Topics: 16, Dims: 20, MinMessages: 5, MaxShare: 0.05, MaxWords: 2000, Seed: 1}
+	return WordTopicsConfig{Topics: 16, Dims: 20, MinMessages: 5, MaxShare: 0.05, MaxWords: 2000, MinCosine: 0.7, Seed: 1}
 }
 
 // Validate rejects sizes that learn nothing.
 func (c WordTopicsConfig) Validate() error {
-	if c.Topics < 2 || c.Dims < 1 || c.MinMessages < 1 || c.MaxShare <= 0 || c.MaxShare > 1 || c.MaxWords < max(c.Topics, c.Dims) {
-		return fmt.Errorf("word topics: %d topics (≥ 2), %d dims (≥ 1), min %d messages (≥ 1), max share %g (in (0, 1]), max %d words (≥ topics and dims)",
-			c.Topics, c.Dims, c.MinMessages, c.MaxShare, c.MaxWords)
+	if c.Topics < 2 || c.Dims < 1 || c.MinMessages < 1 || c.MaxShare <= 0 || c.MaxShare > 1 || c.MaxWords < max(c.Topics, c.Dims) ||
+		c.MinCosine < 0 || c.MinCosine >= 1 {
+		return fmt.Errorf("word topics: %d topics (≥ 2), %d dims (≥ 1), min %d messages (≥ 1), max share %g (in (0, 1]), max %d words (≥ topics and dims), min cosine %g (in [0, 1))",
+			c.Topics, c.Dims, c.MinMessages, c.MaxShare, c.MaxWords, c.MinCosine)
 	}
 	return nil
 }
@@ -61,7 +68,8 @@ func (c WordTopicsConfig) Validate() error {
 // LearnWordTopics learns WordTopics from players' messages: the positive
 // pointwise mutual information of two words appearing in one message, its
 // rank-Dims factorisation (SVD) as word vectors, and spherical k-means of
-// the vectors into Topics clusters from a seeded start. It fails when fewer
+// the vectors into Topics clusters from a seeded start; words further than
+// MinCosine from their cluster's centre are left out. It fails when fewer
 // words than topics qualify.
 func LearnWordTopics(messages []string, cfg WordTopicsConfig) (*WordTopics, error) {
 	if err := cfg.Validate(); err != nil {
@@ -156,9 +164,21 @@ func LearnWordTopics(messages []string, cfg WordTopicsConfig) (*WordTopics, erro
 		normalize(v)
 	}
 	assign := sphericalKMeans(vecs, cfg.Topics, cfg.Seed)
+	centres := make([][]float64, cfg.Topics)
+	for c := range centres {
+		centres[c] = make([]float64, cfg.Dims)
+	}
+	for i, v := range vecs {
+		floats.Add(centres[assign[i]], v)
+	}
+	for _, c := range centres {
+		normalize(c)
+	}
 	t := &WordTopics{Words: make(map[string]int, V)}
 	for i, w := range vocab {
-		t.Words[w] = assign[i]
+		if floats.Dot(vecs[i], centres[assign[i]]) >= cfg.MinCosine {
+			t.Words[w] = assign[i]
+		}
 	}
 	return t, nil
 }
@@ -273,22 +293,37 @@ func (t *WordTopics) topicsOf(text string) map[int]bool {
 }
 
 // TurnFeatures are what the calibration reads of an NPC turn besides the
-// user agent's logit: Turn counts the player's messages so far; OnLast is
-// 1 when the turn names a topic of the player's last message, OffTopic 1
-// when it names topics and none of them the player has named; Repeat is
-// the turn's largest overlap with an earlier NPC turn of the dialogue (the
-// Jaccard similarity of their word sets), which the transformer does not
-// learn to read at this size either.
+// user agent's logit, which the transformer does not learn to read at this
+// size: Turn counts the player's messages so far; Repeat is the turn's
+// largest overlap with an earlier NPC turn of the dialogue (the Jaccard
+// similarity of their word sets) and Question 1 when the turn asks
+// something. The others read the turn's topics against the player's (word
+// topics), each 1 when it holds: OnLast, the turn names a topic of the
+// player's last message; OnEarlier, one the player named before but not
+// last; OffTopic, it names topics and none the player has named; NamesNew,
+// it names at least one the player has not; NoTopic, it names none;
+// AsksNamed, it asks and names one the player has named.
 type TurnFeatures struct {
-	Turn             int
-	OnLast, OffTopic float64
-	Repeat           float64
+	Turn                int
+	OnLast, OffTopic    float64
+	Repeat              float64
+	Question            float64
+	OnEarlier, NamesNew float64
+	NoTopic, AsksNamed  float64
 }
 
-// Features reads an NPC turn's features against the player's messages,
-// the last one last; nil t reads the turn alone.
+// values are f's features in the order of Calibration.weights.
+func (f TurnFeatures) values() [numFeatures]float64 {
+	return [numFeatures]float64{f.OnLast, f.OffTopic, f.Repeat, f.Question, f.OnEarlier, f.NamesNew, f.NoTopic, f.AsksNamed}
+}
+
+// Features reads an NPC turn's features but Repeat against the player's
+// messages, the last one last; nil t reads Turn and Question alone.
 func (t *WordTopics) Features(player []string, npc string) TurnFeatures {
 	f := TurnFeatures{Turn: len(player)}
+	if strings.Contains(npc, "?") {
+		f.Question = 1
+	}
 	if t == nil || len(player) == 0 {
 		return f
 	}
@@ -300,23 +335,31 @@ func (t *WordTopics) Features(player []string, npc string) TurnFeatures {
 			named[c] = true
 		}
 	}
-	off := len(turn) > 0
+	onNamed := false
 	for c := range turn {
-		if last[c] {
-			f.OnLast = 1
-		}
-		if named[c] {
-			off = false
+		switch {
+		case !named[c]:
+			f.NamesNew = 1
+		case last[c]:
+			f.OnLast, onNamed = 1, true
+		default:
+			f.OnEarlier, onNamed = 1, true
 		}
 	}
-	if off {
+	switch {
+	case len(turn) == 0:
+		f.NoTopic = 1
+	case !onNamed:
 		f.OffTopic = 1
+	}
+	if onNamed {
+		f.AsksNamed = f.Question
 	}
 	return f
 }
 
 // featuresOf reads the features of the last NPC turn of d; nil t reads
-// its turn and repetition alone.
+// its turn, question and repetition alone.
 func (t *WordTopics) featuresOf(d PromptDialogue) TurnFeatures {
 	n := len(d.Exchanges)
 	if n == 0 {

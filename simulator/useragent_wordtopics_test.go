@@ -65,23 +65,25 @@ func TestLearnWordTopicsGroupsWordsPlayersUseTogether(t *testing.T) {
 		want TurnFeatures
 	}{
 		{"A fine harp tune!", TurnFeatures{Turn: 2, OnLast: 1}},
-		{"Which lake was it?", TurnFeatures{Turn: 2}},
-		{"Have you been to the dungeon?", TurnFeatures{Turn: 2, OffTopic: 1}},
-		{"Hello there.", TurnFeatures{Turn: 2}},
+		{"Which lake was it?", TurnFeatures{Turn: 2, Question: 1, OnEarlier: 1, AsksNamed: 1}},
+		{"Have you been to the dungeon?", TurnFeatures{Turn: 2, Question: 1, OffTopic: 1, NamesNew: 1}},
+		{"A harp by the dungeon.", TurnFeatures{Turn: 2, OnLast: 1, NamesNew: 1}},
+		{"Hello there.", TurnFeatures{Turn: 2, NoTopic: 1}},
+		{"Hello there?", TurnFeatures{Turn: 2, Question: 1, NoTopic: 1}},
 	} {
 		if got := wt.Features(player, tt.npc); got != tt.want {
 			t.Errorf("Features(%q) = %+v; want %+v", tt.npc, got, tt.want)
 		}
 	}
-	if got := (*WordTopics)(nil).Features(player, "A fine harp tune!"); got != (TurnFeatures{Turn: 2}) {
-		t.Errorf("no word topics read %+v; want the turn alone", got)
+	if got := (*WordTopics)(nil).Features(player, "A fine harp tune?"); got != (TurnFeatures{Turn: 2, Question: 1}) {
+		t.Errorf("no word topics read %+v; want the turn and its question alone", got)
 	}
 
 	if _, err := LearnWordTopics([]string{"sword shield", "trout lake"}, cfg); err == nil {
 		t.Error("learned topics from two messages")
 	}
 	capped := cfg
-	capped.MaxWords = 12
+	capped.MaxWords, capped.MinCosine = 12, 0
 	if wt, err := LearnWordTopics(topicMessages(rand.New(rand.NewPCG(1, 2)), topics, 3000), capped); err != nil || len(wt.Words) != 12 {
 		t.Errorf("MaxWords 12 gave %v words (err %v); want the 12 most common", wt, err)
 	}
@@ -91,22 +93,74 @@ func TestLearnWordTopicsGroupsWordsPlayersUseTogether(t *testing.T) {
 	}
 }
 
+// TestLearnWordTopicsLeavesOutWordsOfEveryTopic: a word players use with
+// any topic ("best") falls in some cluster but far from its centre, and
+// MinCosine leaves it out while every topic word stays.
+func TestLearnWordTopicsLeavesOutWordsOfEveryTopic(t *testing.T) {
+	topics := [][]string{
+		{"sword", "shield", "armor", "duel", "boss", "dungeon"},
+		{"trout", "lake", "lure", "pier", "salmon", "tackle"},
+		{"lute", "ballad", "harp", "chorus", "melody", "fiddle"},
+		{"wheat", "barn", "plow", "orchard", "pumpkin", "harvest"},
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	messages := topicMessages(rng, topics, 3000)
+	for i := range messages {
+		if rng.IntN(8) == 0 {
+			messages[i] += " best"
+		}
+	}
+	cfg := DefaultWordTopicsConfig()
+	cfg.Topics, cfg.Dims, cfg.MaxShare = 4, 6, 0.2
+	for _, tt := range []struct {
+		minCosine float64
+		best      bool
+	}{{0, true}, {cfg.MinCosine, false}} {
+		c := cfg
+		c.MinCosine = tt.minCosine
+		wt, err := LearnWordTopics(messages, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, in := wt.Words["best"]; in != tt.best {
+			t.Errorf("min cosine %g: \"best\" has a topic: %v; want %v", tt.minCosine, in, tt.best)
+		}
+		for _, topic := range topics {
+			for _, w := range topic {
+				if _, in := wt.Words[w]; !in {
+					t.Errorf("min cosine %g left out topic word %q", tt.minCosine, w)
+				}
+			}
+		}
+	}
+	bad := cfg
+	bad.MinCosine = 1
+	if _, err := LearnWordTopics(messages, bad); err == nil {
+		t.Error("min cosine 1 accepted")
+	}
+}
+
 // TestFitCalibrationReadsFeatures draws decisions whose quits depend on
-// the NPC turn's relevance, repetition and turn, with a logit that knows
-// nothing: the fit gives the weights the signs and about the sizes that
-// made the quits, and leaves the features alone when the decisions carry
-// none.
+// the NPC turn's relevance, question, repetition and turn, with a logit
+// that knows nothing: the fit gives the weights the signs and about the
+// sizes that made the quits, and leaves the features alone when the
+// decisions carry none.
 func TestFitCalibrationReadsFeatures(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
-	truth := Calibration{Scale: 1, Offset: -2.5, Early: [3]float64{-0.8, -0.4, 0}, OnLast: -0.7, OffTopic: 1.0, Repeat: 1.5}
+	truth := Calibration{Scale: 1, Offset: -2.5, Early: [3]float64{-0.8, -0.4, 0}, OnLast: -0.7, OffTopic: 1.0, Repeat: 1.5,
+		Question: -0.5, OnEarlier: -0.4, NamesNew: 0.3, NoTopic: 0.8, AsksNamed: -0.6}
 	var ds []Decision
-	for range 8000 {
-		f := TurnFeatures{Turn: 1 + rng.IntN(5)}
-		switch rng.IntN(3) {
+	for range 12000 {
+		f := TurnFeatures{Turn: 1 + rng.IntN(5), Question: float64(rng.IntN(2))}
+		switch rng.IntN(4) {
 		case 0:
-			f.OnLast = 1
+			f.OnLast, f.AsksNamed = 1, f.Question
 		case 1:
-			f.OffTopic = 1
+			f.OffTopic, f.NamesNew = 1, 1
+		case 2:
+			f.OnEarlier, f.AsksNamed, f.NamesNew = 1, f.Question, float64(rng.IntN(2))
+		default:
+			f.NoTopic = 1
 		}
 		if rng.IntN(3) == 0 {
 			f.Repeat = rng.Float64()
@@ -119,16 +173,21 @@ func TestFitCalibrationReadsFeatures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("fitted %+v; truth %+v", c, truth)
-	if math.Abs(c.OnLast-truth.OnLast) > 0.3 || math.Abs(c.OffTopic-truth.OffTopic) > 0.3 || math.Abs(c.Repeat-truth.Repeat) > 0.5 || c.Early[0] > c.Early[2] {
-		t.Errorf("fitted %+v; want on-last, off-topic and repeat within 0.3, 0.3 and 0.5 of %g, %g and %g, and turn 1 below turn 3",
-			c, truth.OnLast, truth.OffTopic, truth.Repeat)
+	t.Logf("fitted %s; truth %s", c.Summary(), truth.Summary())
+	got, want := c.weights(), truth.weights()
+	for i := range got {
+		if math.Abs(*got[i]-*want[i]) > 0.5 || math.Signbit(*got[i]) != math.Signbit(*want[i]) {
+			t.Errorf("weight %s fitted %.2f; want within 0.5 of %.2f, of its sign", weightMetrics[i], *got[i], *want[i])
+		}
+	}
+	if c.Early[0] > c.Early[2] {
+		t.Errorf("early offsets %v; want turn 1 below turn 3", c.Early)
 	}
 	for i := range ds {
 		ds[i].Features = TurnFeatures{Turn: ds[i].Features.Turn}
 	}
-	if c, err = FitCalibration(ds); err != nil || c.OnLast != 0 || c.OffTopic != 0 || c.Repeat != 0 || c.Early != [3]float64{} {
-		t.Errorf("without features fitted %+v (err %v); want scale and offset alone", c, err)
+	if c, err = FitCalibration(ds); err != nil || c.Summary() != (Calibration{Scale: c.Scale, Offset: c.Offset}).Summary() {
+		t.Errorf("without features fitted %s (err %v); want scale and offset alone", c.Summary(), err)
 	}
 }
 
