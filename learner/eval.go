@@ -108,6 +108,17 @@ type Metrics struct {
 	Dialogues int `json:"dialogues"`
 	Tokens    int `json:"tokens"`
 	Replies   int `json:"replies"`
+	// lengths are the dialogues behind Rho, in the evaluation's order, so
+	// that two agents measured on the same dialogues compare paired
+	// (FidelityGate).
+	lengths []dialogueLength
+}
+
+// dialogueLength is one held-out dialogue's simulated (expected) and real
+// exchange length, and its player.
+type dialogueLength struct {
+	player    string
+	sim, real float64
 }
 
 // Map returns the metrics under their JSON names, as a manifest records
@@ -432,6 +443,7 @@ func (ev evaluator) userFidelity(ctx context.Context, m *inference.Model, tok *i
 		if d.Reason.PlayerEnded() || d.Reason == schema.EndMaxTurns {
 			sim = append(sim, ExpectedLength(ps[i], ev.risks, ev.cfg.MaxTurns))
 			real = append(real, float64(n))
+			met.lengths = append(met.lengths, dialogueLength{player: d.PlayerID, sim: sim[len(sim)-1], real: float64(n)})
 		}
 	}
 	met.TermLogLoss, met.EndLogLoss = BinaryLogLoss(probs, labels), BinaryLogLoss(ends, labels)

@@ -32,8 +32,9 @@ type RefreshConfig struct {
 	// ReplayShare adds a random sample of older sessions, this share of
 	// the new window's size, so the agent does not forget older players.
 	ReplayShare float64 `json:"replay_share"`
-	// RhoTolerance is how far ρ may fall before a refresh is refused;
-	// within it the termination log-loss decides.
+	// RhoTolerance is how far beyond its sampling noise ρ may fall
+	// before a refresh is refused (FidelityGate); within it the end
+	// log-loss decides.
 	RhoTolerance float64 `json:"rho_tolerance"`
 	// SFT is the fine-tuning template: Role is user, Parent is set to the
 	// current version, DataDir and Registry come from the learner.
@@ -152,29 +153,69 @@ func (c RefreshConfig) Validate() error {
 }
 
 // FidelityGate returns the publication rule of a refreshed user agent: it
-// must be at least as faithful as the current one. ρ decides first: a fall
-// of more than tol refuses, a rise of more than tol accepts; within tol (or
-// when neither ρ is defined) the log-loss of the end probability must not
-// rise. An undefined ρ counts below any defined one.
+// must be at least as faithful as the current one. ρ decides first: when
+// the whole interval of its change (rhoChange) lies below −tol the agent
+// is refused, above +tol accepted; otherwise (or when neither ρ is
+// defined) the log-loss of the end probability must not rise. An
+// undefined ρ counts below any defined one.
 func FidelityGate(tol float64) func(before, after Metrics) (bool, string) {
 	return func(before, after Metrics) (bool, string) {
+		delta, low, high := rhoChange(before, after)
+		change := fmt.Sprintf("ρ %.3f → %.3f (%+.3f [%+.3f, %+.3f])", before.Rho, after.Rho, delta, low, high)
 		switch {
 		case before.RhoDefined && !after.RhoDefined:
 			return false, fmt.Sprintf("ρ undefined after, %.3f before", before.Rho)
 		case !before.RhoDefined && after.RhoDefined:
 			return true, fmt.Sprintf("ρ %.3f after, undefined before", after.Rho)
-		case before.RhoDefined && after.Rho < before.Rho-tol:
-			return false, fmt.Sprintf("ρ fell from %.3f to %.3f", before.Rho, after.Rho)
-		case before.RhoDefined && after.Rho > before.Rho+tol:
-			return true, fmt.Sprintf("ρ rose from %.3f to %.3f", before.Rho, after.Rho)
+		case before.RhoDefined && high < -tol:
+			return false, change + fmt.Sprintf(" fell beyond %.3f", tol)
+		case before.RhoDefined && low > tol:
+			return true, change + fmt.Sprintf(" rose beyond %.3f", tol)
 		case after.EndLogLoss > before.EndLogLoss:
-			return false, fmt.Sprintf("ρ %.3f → %.3f within %.3f, end log-loss rose from %.4f to %.4f",
-				before.Rho, after.Rho, tol, before.EndLogLoss, after.EndLogLoss)
+			return false, fmt.Sprintf("%s within its noise and %.3f, end log-loss rose from %.4f to %.4f", change, tol, before.EndLogLoss, after.EndLogLoss)
 		default:
-			return true, fmt.Sprintf("ρ %.3f → %.3f within %.3f, end log-loss %.4f → %.4f",
-				before.Rho, after.Rho, tol, before.EndLogLoss, after.EndLogLoss)
+			return true, fmt.Sprintf("%s within its noise and %.3f, end log-loss %.4f → %.4f", change, tol, before.EndLogLoss, after.EndLogLoss)
 		}
 	}
+}
+
+// rhoChange is after's ρ minus before's with its 95 % interval: a paired
+// bootstrap over the players (rl.ClusterBootstrap) when both were measured
+// on the same dialogues, so that a fall within what the held-out sample
+// alone would give does not refuse a refresh; the point change as its
+// own interval otherwise.
+func rhoChange(before, after Metrics) (delta, low, high float64) {
+	delta = after.Rho - before.Rho
+	b, a := before.lengths, after.lengths
+	if !before.RhoDefined || !after.RhoDefined || len(a) != len(b) || len(a) < 3 {
+		return delta, delta, delta
+	}
+	players := make([]string, len(a))
+	for i := range a {
+		if a[i].player != b[i].player || a[i].real != b[i].real {
+			return delta, delta, delta
+		}
+		players[i] = a[i].player
+	}
+	rho := func(ls []dialogueLength, units []int) (float64, error) {
+		sim, real := make([]float64, len(units)), make([]float64, len(units))
+		for k, i := range units {
+			sim[k], real[k] = ls[i].sim, ls[i].real
+		}
+		return Pearson(sim, real)
+	}
+	low, high, err := rl.ClusterBootstrap(players, func(units []int) float64 {
+		ra, errA := rho(a, units)
+		rb, errB := rho(b, units)
+		if errA != nil || errB != nil {
+			return delta // a resample without variance: no evidence either way
+		}
+		return ra - rb
+	}, rl.DefaultBootstrapConfig())
+	if err != nil {
+		return delta, delta, delta
+	}
+	return delta, low, high
 }
 
 // refreshState is what the refresh loop remembers across restarts

@@ -2,6 +2,7 @@ package learner
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"math"
 	"math/rand/v2"
@@ -43,6 +44,56 @@ func TestFidelityGate(t *testing.T) {
 		if got, why := gate(tc.before, tc.after); got != tc.want {
 			t.Errorf("%s: gate = %v (%s); want %v", tc.name, got, why, tc.want)
 		}
+	}
+}
+
+// TestFidelityGatePairsTheDialogues: with the dialogues behind ρ, the gate
+// judges ρ's change against the bootstrap's interval over players. A fall
+// within the noise of 30 players leaves the decision to the log-loss, which
+// the point values alone would not; a fall beyond the noise of 400 players
+// refuses however the log-loss moved.
+func TestFidelityGatePairsTheDialogues(t *testing.T) {
+	paired := func(players int, noiseBefore, noiseAfter float64) (before, after Metrics) {
+		rng := rand.New(rand.NewPCG(7, uint64(players)))
+		var sb, sa, real []float64
+		for i := range players {
+			for range 2 {
+				r := float64(1 + rng.IntN(8))
+				b := r + noiseBefore*rng.NormFloat64()
+				a := b + noiseAfter*rng.NormFloat64()
+				sb, sa, real = append(sb, b), append(sa, a), append(real, r)
+				p := fmt.Sprintf("p%d", i)
+				before.lengths = append(before.lengths, dialogueLength{player: p, sim: b, real: r})
+				after.lengths = append(after.lengths, dialogueLength{player: p, sim: a, real: r})
+			}
+		}
+		var err error
+		if before.Rho, err = Pearson(sb, real); err != nil {
+			t.Fatal(err)
+		}
+		if after.Rho, err = Pearson(sa, real); err != nil {
+			t.Fatal(err)
+		}
+		before.RhoDefined, after.RhoDefined, before.EndLogLoss, after.EndLogLoss = true, true, 0.40, 0.39
+		return before, after
+	}
+	gate := FidelityGate(0)
+
+	before, after := paired(15, 2, 0.3)
+	if after.Rho >= before.Rho {
+		t.Fatalf("ρ %.3f → %.3f; the case needs a fall", before.Rho, after.Rho)
+	}
+	if ok, why := gate(before, after); !ok {
+		t.Errorf("a fall of ρ within the noise of 15 players refused: %s", why)
+	}
+	before.lengths, after.lengths = nil, nil
+	if ok, why := gate(before, after); ok {
+		t.Errorf("without the dialogues a fall of ρ passed: %s", why)
+	}
+
+	before, after = paired(200, 1, 3)
+	if ok, why := gate(before, after); ok || !strings.Contains(why, "fell beyond") {
+		t.Errorf("a fall of ρ beyond the noise of 200 players passed: %v (%s)", ok, why)
 	}
 }
 
