@@ -49,8 +49,8 @@ func TestFidelityGate(t *testing.T) {
 
 // TestFidelityGatePairsTheDialogues: with the dialogues behind ρ, the gate
 // judges ρ's change against the bootstrap's interval over players. A fall
-// within the noise of 30 players leaves the decision to the log-loss, which
-// the point values alone would not; a fall beyond the noise of 400 players
+// within the noise of 15 players leaves the decision to the log-loss, which
+// the point values alone would not; a fall beyond the noise of 200 players
 // refuses however the log-loss moved.
 func TestFidelityGatePairsTheDialogues(t *testing.T) {
 	paired := func(players int, noiseBefore, noiseAfter float64) (before, after Metrics) {

@@ -26,13 +26,16 @@ func topicMessages(rng *rand.Rand, topics [][]string, n int) []string {
 	return out
 }
 
+// testTopics are four topics of six words each, which no other topic uses.
+var testTopics = [][]string{
+	{"sword", "shield", "armor", "duel", "boss", "dungeon"},
+	{"trout", "lake", "lure", "pier", "salmon", "tackle"},
+	{"lute", "ballad", "harp", "chorus", "melody", "fiddle"},
+	{"wheat", "barn", "plow", "orchard", "pumpkin", "harvest"},
+}
+
 func TestLearnWordTopicsGroupsWordsPlayersUseTogether(t *testing.T) {
-	topics := [][]string{
-		{"sword", "shield", "armor", "duel", "boss", "dungeon"},
-		{"trout", "lake", "lure", "pier", "salmon", "tackle"},
-		{"lute", "ballad", "harp", "chorus", "melody", "fiddle"},
-		{"wheat", "barn", "plow", "orchard", "pumpkin", "harvest"},
-	}
+	topics := testTopics
 	cfg := DefaultWordTopicsConfig()
 	// Each topic word is in about 10 % of the messages, a common word in 30 %.
 	cfg.Topics, cfg.Dims, cfg.MaxShare = 4, 6, 0.2
@@ -97,12 +100,7 @@ func TestLearnWordTopicsGroupsWordsPlayersUseTogether(t *testing.T) {
 // any topic ("best") falls in some cluster but far from its centre, and
 // MinCosine leaves it out while every topic word stays.
 func TestLearnWordTopicsLeavesOutWordsOfEveryTopic(t *testing.T) {
-	topics := [][]string{
-		{"sword", "shield", "armor", "duel", "boss", "dungeon"},
-		{"trout", "lake", "lure", "pier", "salmon", "tackle"},
-		{"lute", "ballad", "harp", "chorus", "melody", "fiddle"},
-		{"wheat", "barn", "plow", "orchard", "pumpkin", "harvest"},
-	}
+	topics := testTopics
 	rng := rand.New(rand.NewPCG(3, 4))
 	messages := topicMessages(rng, topics, 3000)
 	for i := range messages {
