@@ -25,7 +25,7 @@ const WordTopicsFile = "word_topics.json"
 // WordTopics groups the content words of players' messages into topics,
 // learned without labels from which words players use together
 // (LearnWordTopics). The calibration reads an NPC turn's relevance to the
-// player through them (TurnFeatures, Calibration.OnLast and OffTopic):
+// player through them (TurnFeatures and their Calibration weights):
 // what the user agent's transformer does not learn to read at this size.
 type WordTopics struct {
 	Words map[string]int `json:"words"`
