@@ -332,3 +332,11 @@ func (u *UserAgent) WithCalibration(c Calibration) (*UserAgent, error) {
 	cfg.Calibration = c
 	return NewUserAgent(u.eng, cfg)
 }
+
+// WithWordTopics returns a user agent on the same engine whose calibration
+// reads NPC turns' relevance through t (nil: none).
+func (u *UserAgent) WithWordTopics(t *WordTopics) (*UserAgent, error) {
+	cfg := u.cfg
+	cfg.WordTopics = t
+	return NewUserAgent(u.eng, cfg)
+}

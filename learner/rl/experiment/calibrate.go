@@ -13,12 +13,31 @@ import (
 // calibrate fits ua's logit calibration (simulator.FitCalibration) on
 // Profile.CalibrationSessions sessions that the policy in npcDir plays with
 // the training personas, read as a deployment logs them: who quit after
-// which NPC turn, never the players' hidden hazard. It returns ua as it is
-// when the profile asks for no calibration.
+// which NPC turn, never the players' hidden hazard. The calibration reads
+// turns through word topics learned, as the learner's refresh learns them,
+// from the training players' messages in the corpus. It returns ua as it
+// is when the profile asks for no calibration.
 func (e *env) calibrate(ctx context.Context, npcDir string, ua *simulator.UserAgent) (*simulator.UserAgent, error) {
 	n := e.prof.CalibrationSessions
 	if n == 0 {
 		return ua, nil
+	}
+	if e.topics == nil {
+		var messages []string
+		for _, d := range e.corpus.train {
+			for _, x := range d.Exchanges {
+				messages = append(messages, x.User)
+			}
+		}
+		topics, err := simulator.LearnWordTopics(messages, simulator.DefaultWordTopicsConfig())
+		if err != nil {
+			return nil, fmt.Errorf("calibrate user agent: %w", err)
+		}
+		e.topics = topics
+	}
+	ua, err := ua.WithWordTopics(e.topics)
+	if err != nil {
+		return nil, fmt.Errorf("calibrate user agent: %w", err)
 	}
 	model, _, _, err := inference.LoadCheckpoint(npcDir, inference.DefaultBackendConfig())
 	if err != nil {
@@ -48,6 +67,6 @@ func (e *env) calibrate(ctx context.Context, npcDir string, ua *simulator.UserAg
 	if err != nil {
 		return nil, fmt.Errorf("calibrate user agent: %w", err)
 	}
-	e.logger.Info("user agent calibration", "scale", c.Scale, "offset", c.Offset, "decisions", decisions, "sessions", len(logged))
+	e.logger.Info("user agent calibration", "values", c.Summary(), "topic_words", len(e.topics.Words), "decisions", decisions, "sessions", len(logged))
 	return ua.WithCalibration(c)
 }

@@ -236,6 +236,9 @@ type env struct {
 	players   *rl.PlayerEnv
 	onPlayers bool
 	logger    *slog.Logger
+	// topics are the word topics of the training players' messages that
+	// the user agent's calibration reads (calibrate).
+	topics *simulator.WordTopics
 	// out is the output directory; uaModel and uaTok are the bootstrap
 	// user agent, which the loop's first refresh fine-tunes.
 	out     string
