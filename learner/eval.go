@@ -121,6 +121,15 @@ type dialogueLength struct {
 	sim, real float64
 }
 
+// lengthsRho is ρ over the dialogues ls[i], i in units (Pearson).
+func lengthsRho(ls []dialogueLength, units []int) (float64, error) {
+	sim, real := make([]float64, len(units)), make([]float64, len(units))
+	for k, i := range units {
+		sim[k], real[k] = ls[i].sim, ls[i].real
+	}
+	return Pearson(sim, real)
+}
+
 // Map returns the metrics under their JSON names, as a manifest records
 // them. Undefined ρ is left out.
 func (m Metrics) Map() map[string]float64 {
@@ -422,7 +431,6 @@ func (ev evaluator) userFidelity(ctx context.Context, m *inference.Model, tok *i
 	}
 	var probs, ends []float64
 	var labels []bool
-	var sim, real []float64
 	var rewards [][]float64
 	for i, d := range heldOut {
 		n := len(d.Exchanges)
@@ -441,22 +449,18 @@ func (ev evaluator) userFidelity(ctx context.Context, m *inference.Model, tok *i
 		}
 		rewards = append(rewards, rs)
 		if d.Reason.PlayerEnded() || d.Reason == schema.EndMaxTurns {
-			sim = append(sim, ExpectedLength(ps[i], ev.risks, ev.cfg.MaxTurns))
-			real = append(real, float64(n))
-			met.lengths = append(met.lengths, dialogueLength{player: d.PlayerID, sim: sim[len(sim)-1], real: float64(n)})
+			met.lengths = append(met.lengths, dialogueLength{player: d.PlayerID, sim: ExpectedLength(ps[i], ev.risks, ev.cfg.MaxTurns), real: float64(n)})
 		}
 	}
 	met.TermLogLoss, met.EndLogLoss = BinaryLogLoss(probs, labels), BinaryLogLoss(ends, labels)
 	met.AvgR = AvgR(rewards)
-	if len(sim) > 0 {
-		var s, r float64
-		for i := range sim {
-			s += sim[i]
-			r += real[i]
-		}
-		met.AvgL, met.RealAvgL = s/float64(len(sim)), r/float64(len(sim))
+	all := make([]int, len(met.lengths))
+	for i, l := range met.lengths {
+		all[i] = i
+		met.AvgL += l.sim / float64(len(all))
+		met.RealAvgL += l.real / float64(len(all))
 	}
-	if rho, err := Pearson(sim, real); err == nil {
+	if rho, err := lengthsRho(met.lengths, all); err == nil {
 		met.Rho, met.RhoDefined = rho, true
 	}
 	met.Dist1, met.Dist2, met.AvgWords, met.Replies = Distinct(replies, 1), Distinct(replies, 2), AvgWords(replies), len(replies)

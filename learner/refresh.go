@@ -197,16 +197,9 @@ func rhoChange(before, after Metrics) (delta, low, high float64) {
 		}
 		players[i] = a[i].player
 	}
-	rho := func(ls []dialogueLength, units []int) (float64, error) {
-		sim, real := make([]float64, len(units)), make([]float64, len(units))
-		for k, i := range units {
-			sim[k], real[k] = ls[i].sim, ls[i].real
-		}
-		return Pearson(sim, real)
-	}
 	low, high, err := rl.ClusterBootstrap(players, func(units []int) float64 {
-		ra, errA := rho(a, units)
-		rb, errB := rho(b, units)
+		ra, errA := lengthsRho(a, units)
+		rb, errB := lengthsRho(b, units)
 		if errA != nil || errB != nil {
 			return delta // a resample without variance: no evidence either way
 		}
@@ -498,13 +491,7 @@ func calibrateUserAgent(ctx context.Context, m *inference.Model, tok *inference.
 	cfg := sft.UserAgent
 	topicsWhy := ""
 	if topicsCfg.Topics != 0 {
-		var messages []string
-		for _, d := range train {
-			for _, x := range d.Exchanges {
-				messages = append(messages, x.User)
-			}
-		}
-		topics, err := simulator.LearnWordTopics(messages, topicsCfg)
+		topics, err := simulator.LearnWordTopics(simulator.PlayerMessages(train), topicsCfg)
 		if err != nil {
 			topicsWhy = "; no word topics: " + err.Error()
 		} else {

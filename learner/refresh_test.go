@@ -55,23 +55,23 @@ func TestFidelityGate(t *testing.T) {
 func TestFidelityGatePairsTheDialogues(t *testing.T) {
 	paired := func(players int, noiseBefore, noiseAfter float64) (before, after Metrics) {
 		rng := rand.New(rand.NewPCG(7, uint64(players)))
-		var sb, sa, real []float64
+		var all []int
 		for i := range players {
 			for range 2 {
 				r := float64(1 + rng.IntN(8))
 				b := r + noiseBefore*rng.NormFloat64()
 				a := b + noiseAfter*rng.NormFloat64()
-				sb, sa, real = append(sb, b), append(sa, a), append(real, r)
 				p := fmt.Sprintf("p%d", i)
+				all = append(all, len(all))
 				before.lengths = append(before.lengths, dialogueLength{player: p, sim: b, real: r})
 				after.lengths = append(after.lengths, dialogueLength{player: p, sim: a, real: r})
 			}
 		}
 		var err error
-		if before.Rho, err = Pearson(sb, real); err != nil {
+		if before.Rho, err = lengthsRho(before.lengths, all); err != nil {
 			t.Fatal(err)
 		}
-		if after.Rho, err = Pearson(sa, real); err != nil {
+		if after.Rho, err = lengthsRho(after.lengths, all); err != nil {
 			t.Fatal(err)
 		}
 		before.RhoDefined, after.RhoDefined, before.EndLogLoss, after.EndLogLoss = true, true, 0.40, 0.39

@@ -57,8 +57,7 @@ func (c Calibration) Validate() error {
 		ok = ok && finite(*w)
 	}
 	if !ok {
-		return fmt.Errorf("user agent calibration: scale %g must be finite and not negative, offsets %g %v and weights finite (%+v)",
-			c.Scale, c.Offset, c.Early, c)
+		return fmt.Errorf("user agent calibration: the scale must be finite and not negative, the offsets and weights finite: %s", c.Summary())
 	}
 	return nil
 }

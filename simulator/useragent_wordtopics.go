@@ -65,6 +65,18 @@ func (c WordTopicsConfig) Validate() error {
 	return nil
 }
 
+// PlayerMessages are the players' messages of the dialogues, in order: what
+// LearnWordTopics learns from.
+func PlayerMessages(ds []schema.Dialogue) []string {
+	var out []string
+	for _, d := range ds {
+		for _, x := range d.Exchanges {
+			out = append(out, x.User)
+		}
+	}
+	return out
+}
+
 // LearnWordTopics learns WordTopics from players' messages: the positive
 // pointwise mutual information of two words appearing in one message, its
 // rank-Dims factorisation (SVD) as word vectors, and spherical k-means of

@@ -23,13 +23,7 @@ func (e *env) calibrate(ctx context.Context, npcDir string, ua *simulator.UserAg
 		return ua, nil
 	}
 	if e.topics == nil {
-		var messages []string
-		for _, d := range e.corpus.train {
-			for _, x := range d.Exchanges {
-				messages = append(messages, x.User)
-			}
-		}
-		topics, err := simulator.LearnWordTopics(messages, simulator.DefaultWordTopicsConfig())
+		topics, err := simulator.LearnWordTopics(simulator.PlayerMessages(e.corpus.train), simulator.DefaultWordTopicsConfig())
 		if err != nil {
 			return nil, fmt.Errorf("calibrate user agent: %w", err)
 		}
