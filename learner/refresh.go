@@ -491,7 +491,8 @@ func calibrateUserAgent(ctx context.Context, m *inference.Model, tok *inference.
 	cfg := sft.UserAgent
 	topicsWhy := ""
 	if topicsCfg.Topics != 0 {
-		topics, err := simulator.LearnWordTopics(simulator.PlayerMessages(train), topicsCfg)
+		player, npc := simulator.DialogueMessages(train)
+		topics, err := simulator.LearnWordTopics(player, npc, topicsCfg)
 		if err != nil {
 			topicsWhy = "; no word topics: " + err.Error()
 		} else {

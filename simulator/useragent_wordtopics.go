@@ -32,8 +32,9 @@ type WordTopics struct {
 }
 
 // WordTopicsConfig sizes LearnWordTopics: Topics clusters of word vectors
-// with Dims dimensions, over the words in at least MinMessages messages and
-// at most MaxShare of them (more common words are function words), the
+// with Dims dimensions, over the words in at least MinMessages of the
+// players' messages and at most MaxShare of them and of the NPC's turns
+// (more common words are function words or the NPC's stock phrases), the
 // MaxWords most common of those (the SVD's cost grows with their cube). A
 // word keeps its topic only when its vector's cosine to the topic's centre
 // is at least MinCosine: words players use with every topic ("best",
@@ -49,7 +50,8 @@ type WordTopicsConfig struct {
 }
 
 // DefaultWordTopicsConfig: 16 topics of 20-dimensional vectors over the
-// 2,000 most common words in 5 messages or more and at most 5 % of them,
+// 2,000 most common words in 5 players' messages or more and in at most 5 %
+// of the players' messages and of the NPC's turns,
 // each word within cosine 0.7 of its topic's centre.
 func DefaultWordTopicsConfig() WordTopicsConfig {
 	return WordTopicsConfig{Topics: 16, Dims: 20, MinMessages: 5, MaxShare: 0.05, MaxWords: 2000, MinCosine: 0.7, Seed: 1}
@@ -65,31 +67,32 @@ func (c WordTopicsConfig) Validate() error {
 	return nil
 }
 
-// PlayerMessages are the players' messages of the dialogues, in order: what
-// LearnWordTopics learns from.
-func PlayerMessages(ds []schema.Dialogue) []string {
-	var out []string
+// DialogueMessages are the players' messages and the NPC's turns of the
+// dialogues, each in order: what LearnWordTopics learns from.
+func DialogueMessages(ds []schema.Dialogue) (player, npc []string) {
 	for _, d := range ds {
 		for _, x := range d.Exchanges {
-			out = append(out, x.User)
+			player, npc = append(player, x.User), append(npc, x.NPC)
 		}
 	}
-	return out
+	return player, npc
 }
 
 // LearnWordTopics learns WordTopics from players' messages: the positive
 // pointwise mutual information of two words appearing in one message, its
 // rank-Dims factorisation (SVD) as word vectors, and spherical k-means of
 // the vectors into Topics clusters from a seeded start; words further than
-// MinCosine from their cluster's centre are left out. It fails when fewer
-// words than topics qualify.
-func LearnWordTopics(messages []string, cfg WordTopicsConfig) (*WordTopics, error) {
+// MinCosine from their cluster's centre are left out. The NPC's turns
+// only rule words out: one in more than MaxShare of them is part of how
+// the NPC talks ("you", "best", "know"), not what about, however rarely
+// players say it. It fails when fewer words than topics qualify.
+func LearnWordTopics(player, npc []string, cfg WordTopicsConfig) (*WordTopics, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	sets := make([]map[string]bool, len(messages))
+	sets := make([]map[string]bool, len(player))
 	df := map[string]int{}
-	for i, m := range messages {
+	for i, m := range player {
 		sets[i] = map[string]bool{}
 		for _, w := range words(m) {
 			if !sets[i][w] {
@@ -98,15 +101,21 @@ func LearnWordTopics(messages []string, cfg WordTopicsConfig) (*WordTopics, erro
 			}
 		}
 	}
+	npcDF := map[string]int{}
+	for _, m := range npc {
+		for w := range set(words(m)) {
+			npcDF[w]++
+		}
+	}
 	index := map[string]int{}
 	var vocab []string
 	for w, n := range df {
-		if n >= cfg.MinMessages && float64(n) <= cfg.MaxShare*float64(len(messages)) {
+		if n >= cfg.MinMessages && float64(n) <= cfg.MaxShare*float64(len(player)) && float64(npcDF[w]) <= cfg.MaxShare*float64(len(npc)) {
 			vocab = append(vocab, w)
 		}
 	}
 	if len(vocab) < max(cfg.Topics, cfg.Dims) {
-		return nil, fmt.Errorf("learn word topics: %d words qualify in %d messages; need %d", len(vocab), len(messages), max(cfg.Topics, cfg.Dims))
+		return nil, fmt.Errorf("learn word topics: %d words qualify in %d messages; need %d", len(vocab), len(player), max(cfg.Topics, cfg.Dims))
 	}
 	slices.SortFunc(vocab, func(a, b string) int { return cmp.Or(cmp.Compare(df[b], df[a]), cmp.Compare(a, b)) })
 	vocab = vocab[:min(len(vocab), cfg.MaxWords)]

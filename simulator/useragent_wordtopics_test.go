@@ -39,7 +39,7 @@ func TestLearnWordTopicsGroupsWordsPlayersUseTogether(t *testing.T) {
 	cfg := DefaultWordTopicsConfig()
 	// Each topic word is in about 10 % of the messages, a common word in 30 %.
 	cfg.Topics, cfg.Dims, cfg.MaxShare = 4, 6, 0.2
-	wt, err := LearnWordTopics(topicMessages(rand.New(rand.NewPCG(1, 2)), topics, 3000), cfg)
+	wt, err := LearnWordTopics(topicMessages(rand.New(rand.NewPCG(1, 2)), topics, 3000), nil, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,16 +82,16 @@ func TestLearnWordTopicsGroupsWordsPlayersUseTogether(t *testing.T) {
 		t.Errorf("no word topics read %+v; want the turn and its question alone", got)
 	}
 
-	if _, err := LearnWordTopics([]string{"sword shield", "trout lake"}, cfg); err == nil {
+	if _, err := LearnWordTopics([]string{"sword shield", "trout lake"}, nil, cfg); err == nil {
 		t.Error("learned topics from two messages")
 	}
 	capped := cfg
 	capped.MaxWords, capped.MinCosine = 12, 0
-	if wt, err := LearnWordTopics(topicMessages(rand.New(rand.NewPCG(1, 2)), topics, 3000), capped); err != nil || len(wt.Words) != 12 {
+	if wt, err := LearnWordTopics(topicMessages(rand.New(rand.NewPCG(1, 2)), topics, 3000), nil, capped); err != nil || len(wt.Words) != 12 {
 		t.Errorf("MaxWords 12 gave %v words (err %v); want the 12 most common", wt, err)
 	}
 	cfg.Topics = 1
-	if _, err := LearnWordTopics(topicMessages(rand.New(rand.NewPCG(1, 2)), topics, 100), cfg); err == nil {
+	if _, err := LearnWordTopics(topicMessages(rand.New(rand.NewPCG(1, 2)), topics, 100), nil, cfg); err == nil {
 		t.Error("learned one topic")
 	}
 }
@@ -116,7 +116,7 @@ func TestLearnWordTopicsLeavesOutWordsOfEveryTopic(t *testing.T) {
 	}{{0, true}, {cfg.MinCosine, false}} {
 		c := cfg
 		c.MinCosine = tt.minCosine
-		wt, err := LearnWordTopics(messages, c)
+		wt, err := LearnWordTopics(messages, nil, c)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -133,7 +133,7 @@ func TestLearnWordTopicsLeavesOutWordsOfEveryTopic(t *testing.T) {
 	}
 	bad := cfg
 	bad.MinCosine = 1
-	if _, err := LearnWordTopics(messages, bad); err == nil {
+	if _, err := LearnWordTopics(messages, nil, bad); err == nil {
 		t.Error("min cosine 1 accepted")
 	}
 }
@@ -206,6 +206,48 @@ func TestFeaturesReadRepetition(t *testing.T) {
 	} {
 		if got := (*WordTopics)(nil).featuresOf(tt.d); math.Abs(got.Repeat-tt.want) > 1e-12 || got.Turn != len(tt.d.Exchanges) {
 			t.Errorf("%s: features %+v; want turn %d and repeat %g", tt.name, got, len(tt.d.Exchanges), tt.want)
+		}
+	}
+}
+
+// TestLearnWordTopicsLeavesOutTheNPCsStockWords: a word players seldom say
+// but say with one topic ("mill") joins that topic from the players'
+// messages alone; when the NPC says it in half its turns it is part of how
+// the NPC talks and names no topic, while every topic word stays.
+func TestLearnWordTopicsLeavesOutTheNPCsStockWords(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	messages := topicMessages(rng, testTopics, 3000)
+	for i, m := range messages {
+		if strings.Contains(m, testTopics[3][0]) || strings.Contains(m, testTopics[3][1]) {
+			messages[i] += " mill"
+		}
+	}
+	npc := make([]string, 1000)
+	for i := range npc {
+		npc[i] = "Tell me about your " + testTopics[i%4][i%6] + "."
+		if i%2 == 0 {
+			npc[i] = "The best " + testTopics[i%4][i%6] + " I saw was near the old mill."
+		}
+	}
+	cfg := DefaultWordTopicsConfig()
+	cfg.Topics, cfg.Dims, cfg.MaxShare = 4, 6, 0.2
+	for _, tt := range []struct {
+		npc  []string
+		mill bool
+	}{{nil, true}, {npc, false}} {
+		wt, err := LearnWordTopics(messages, tt.npc, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c, in := wt.Words["mill"]; in != tt.mill || (in && c != wt.Words[testTopics[3][0]]) {
+			t.Errorf("%d NPC turns: \"mill\" in topic %d: %v; want %v, with %q", len(tt.npc), c, in, tt.mill, testTopics[3][0])
+		}
+		for _, topic := range testTopics {
+			for _, w := range topic {
+				if _, in := wt.Words[w]; !in {
+					t.Errorf("%d NPC turns left out topic word %q", len(tt.npc), w)
+				}
+			}
 		}
 	}
 }

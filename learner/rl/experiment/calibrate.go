@@ -23,7 +23,8 @@ func (e *env) calibrate(ctx context.Context, npcDir string, ua *simulator.UserAg
 		return ua, nil
 	}
 	if e.topics == nil {
-		topics, err := simulator.LearnWordTopics(simulator.PlayerMessages(e.corpus.train), simulator.DefaultWordTopicsConfig())
+		player, npc := simulator.DialogueMessages(e.corpus.train)
+		topics, err := simulator.LearnWordTopics(player, npc, simulator.DefaultWordTopicsConfig())
 		if err != nil {
 			return nil, fmt.Errorf("calibrate user agent: %w", err)
 		}
