@@ -473,7 +473,7 @@ func TestRefreshPublishesCalibratedUserAgent(t *testing.T) {
 		for _, x := range qs[i].Current.Exchanges {
 			player = append(player, x.User)
 		}
-		rel := served.WordTopics.Features(player, qs[i].Current.Exchanges[len(player)-1].NPC)
+		rel := served.WordTopics.Features(nil, player, qs[i].Current.Exchanges[len(player)-1].NPC)
 		if cw := want.TerminationShare(sc.Logit, rel); math.Abs(sc.PT-cw) > 1e-12 || math.Abs(sc.PT-simulator.TerminationShare(sc.Logit, 0)) < 1e-9 {
 			t.Errorf("decision %d: P_T = %v for logit %v; want the calibrated %v, not σ(z) = %v", i, sc.PT, sc.Logit, cw, simulator.TerminationShare(sc.Logit, 0))
 		}

@@ -334,7 +334,7 @@ func (u *UserAgent) terminations(ctx context.Context, step int, queries []UserAg
 	for i := range scores {
 		sc := &scores[i]
 		sc.Logit = lps[2*i] - lps[2*i+1]
-		sc.PT = u.cfg.Calibration.TerminationShare(sc.Logit, u.cfg.WordTopics.featuresOf(queries[i].Current))
+		sc.PT = u.cfg.Calibration.TerminationShare(sc.Logit, u.cfg.WordTopics.featuresOf(queries[i]))
 		sc.P = EndProbability(sc.PT, alpha)
 	}
 	return scores, prompts, nil

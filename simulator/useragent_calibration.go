@@ -24,25 +24,26 @@ import (
 // A zero Scale counts as 1: the zero Calibration is P_T = σ(z), the model
 // as it is.
 type Calibration struct {
-	Scale     float64    `json:"scale,omitempty"`
-	Offset    float64    `json:"offset,omitempty"`
-	Early     [3]float64 `json:"early"`
-	OnLast    float64    `json:"on_last,omitempty"`
-	OffTopic  float64    `json:"off_topic,omitempty"`
-	Repeat    float64    `json:"repeat,omitempty"`
-	Question  float64    `json:"question,omitempty"`
-	OnEarlier float64    `json:"on_earlier,omitempty"`
-	NamesNew  float64    `json:"names_new,omitempty"`
-	NoTopic   float64    `json:"no_topic,omitempty"`
-	AsksNamed float64    `json:"asks_named,omitempty"`
+	Scale      float64    `json:"scale,omitempty"`
+	Offset     float64    `json:"offset,omitempty"`
+	Early      [3]float64 `json:"early"`
+	OnLast     float64    `json:"on_last,omitempty"`
+	OffTopic   float64    `json:"off_topic,omitempty"`
+	Repeat     float64    `json:"repeat,omitempty"`
+	Question   float64    `json:"question,omitempty"`
+	OnEarlier  float64    `json:"on_earlier,omitempty"`
+	NamesNew   float64    `json:"names_new,omitempty"`
+	NoTopic    float64    `json:"no_topic,omitempty"`
+	AsksNamed  float64    `json:"asks_named,omitempty"`
+	NamesKnown float64    `json:"names_known,omitempty"`
 }
 
 // numFeatures is the number of TurnFeatures a Calibration weighs.
-const numFeatures = 8
+const numFeatures = 9
 
 // weights are c's feature weights in the order of TurnFeatures.values.
 func (c *Calibration) weights() [numFeatures]*float64 {
-	return [numFeatures]*float64{&c.OnLast, &c.OffTopic, &c.Repeat, &c.Question, &c.OnEarlier, &c.NamesNew, &c.NoTopic, &c.AsksNamed}
+	return [numFeatures]*float64{&c.OnLast, &c.OffTopic, &c.Repeat, &c.Question, &c.OnEarlier, &c.NamesNew, &c.NoTopic, &c.AsksNamed, &c.NamesKnown}
 }
 
 // Validate rejects a negative or non-finite scale and a non-finite offset
@@ -65,8 +66,8 @@ func (c Calibration) Validate() error {
 // Summary lists c's values, two decimals each, as logs and gate reasons
 // show them.
 func (c Calibration) Summary() string {
-	return fmt.Sprintf("scale %.2f, offset %.2f, early %.2f, on-last %.2f, off-topic %.2f, repeat %.2f, question %.2f, on-earlier %.2f, names-new %.2f, no-topic %.2f, asks-named %.2f",
-		c.Scale, c.Offset, c.Early, c.OnLast, c.OffTopic, c.Repeat, c.Question, c.OnEarlier, c.NamesNew, c.NoTopic, c.AsksNamed)
+	return fmt.Sprintf("scale %.2f, offset %.2f, early %.2f, on-last %.2f, off-topic %.2f, repeat %.2f, question %.2f, on-earlier %.2f, names-new %.2f, no-topic %.2f, asks-named %.2f, names-known %.2f",
+		c.Scale, c.Offset, c.Early, c.OnLast, c.OffTopic, c.Repeat, c.Question, c.OnEarlier, c.NamesNew, c.NoTopic, c.AsksNamed, c.NamesKnown)
 }
 
 // TerminationShare is P_T for the raw logit z of an NPC turn with features f.
@@ -257,7 +258,7 @@ func (u *UserAgent) FitCalibrationOn(ctx context.Context, sessions []schema.Dial
 			return Calibration{}, 0, fmt.Errorf("fit calibration on %s: %w", s.SessionID, err)
 		}
 		for i, sc := range scores {
-			ds = append(ds, Decision{Logit: sc.Logit, Features: u.cfg.WordTopics.featuresOf(qs[i].Current), Quit: quit[i]})
+			ds = append(ds, Decision{Logit: sc.Logit, Features: u.cfg.WordTopics.featuresOf(qs[i]), Quit: quit[i]})
 		}
 	}
 	c, err := FitCalibration(ds)
@@ -280,7 +281,7 @@ const (
 // order; a version fitted before a weight existed carries none, and serves
 // it at 0.
 var weightMetrics = [numFeatures]string{"calibration_on_last", "calibration_off_topic", MetricCalibrationRepeat,
-	"calibration_question", "calibration_on_earlier", "calibration_names_new", "calibration_no_topic", "calibration_asks_named"}
+	"calibration_question", "calibration_on_earlier", "calibration_names_new", "calibration_no_topic", "calibration_asks_named", "calibration_names_known"}
 
 // Metrics are the manifest metrics that carry c with a version, fitted on
 // decisions decisions (ForVersion reads them back).

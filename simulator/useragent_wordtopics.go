@@ -323,7 +323,9 @@ func (t *WordTopics) topicsOf(text string) map[int]bool {
 // player's last message; OnEarlier, one the player named before but not
 // last; OffTopic, it names topics and none the player has named; NamesNew,
 // it names at least one the player has not; NoTopic, it names none;
-// AsksNamed, it asks and names one the player has named.
+// AsksNamed, it asks and names one the player has named; NamesKnown, it
+// names one the player has not named in this dialogue but did in an
+// earlier one (the user agent's demos), a likely interest not yet told.
 type TurnFeatures struct {
 	Turn                int
 	OnLast, OffTopic    float64
@@ -331,16 +333,18 @@ type TurnFeatures struct {
 	Question            float64
 	OnEarlier, NamesNew float64
 	NoTopic, AsksNamed  float64
+	NamesKnown          float64
 }
 
 // values are f's features in the order of Calibration.weights.
 func (f TurnFeatures) values() [numFeatures]float64 {
-	return [numFeatures]float64{f.OnLast, f.OffTopic, f.Repeat, f.Question, f.OnEarlier, f.NamesNew, f.NoTopic, f.AsksNamed}
+	return [numFeatures]float64{f.OnLast, f.OffTopic, f.Repeat, f.Question, f.OnEarlier, f.NamesNew, f.NoTopic, f.AsksNamed, f.NamesKnown}
 }
 
 // Features reads an NPC turn's features but Repeat against the player's
-// messages, the last one last; nil t reads Turn and Question alone.
-func (t *WordTopics) Features(player []string, npc string) TurnFeatures {
+// messages in this dialogue, the last one last, and in earlier ones; nil t
+// reads Turn and Question alone.
+func (t *WordTopics) Features(earlier, player []string, npc string) TurnFeatures {
 	f := TurnFeatures{Turn: len(player)}
 	if strings.Contains(npc, "?") {
 		f.Question = 1
@@ -350,10 +354,15 @@ func (t *WordTopics) Features(player []string, npc string) TurnFeatures {
 	}
 	turn := t.topicsOf(npc)
 	last := t.topicsOf(player[len(player)-1])
-	named := map[int]bool{}
+	named, known := map[int]bool{}, map[int]bool{}
 	for _, m := range player {
 		for c := range t.topicsOf(m) {
 			named[c] = true
+		}
+	}
+	for _, m := range earlier {
+		for c := range t.topicsOf(m) {
+			known[c] = true
 		}
 	}
 	onNamed := false
@@ -361,6 +370,9 @@ func (t *WordTopics) Features(player []string, npc string) TurnFeatures {
 		switch {
 		case !named[c]:
 			f.NamesNew = 1
+			if known[c] {
+				f.NamesKnown = 1
+			}
 		case last[c]:
 			f.OnLast, onNamed = 1, true
 		default:
@@ -379,9 +391,11 @@ func (t *WordTopics) Features(player []string, npc string) TurnFeatures {
 	return f
 }
 
-// featuresOf reads the features of the last NPC turn of d; nil t reads
-// its turn, question and repetition alone.
-func (t *WordTopics) featuresOf(d PromptDialogue) TurnFeatures {
+// featuresOf reads the features of the last NPC turn of q's dialogue, the
+// player's earlier messages from its demos; nil t reads its turn, question
+// and repetition alone.
+func (t *WordTopics) featuresOf(q UserAgentQuery) TurnFeatures {
+	d := q.Current
 	n := len(d.Exchanges)
 	if n == 0 {
 		return TurnFeatures{}
@@ -393,7 +407,13 @@ func (t *WordTopics) featuresOf(d PromptDialogue) TurnFeatures {
 			earlier[i] = x.NPC
 		}
 	}
-	f := t.Features(player, d.Exchanges[n-1].NPC)
+	var demos []string
+	for _, demo := range q.Demos {
+		for _, x := range demo.Exchanges {
+			demos = append(demos, x.User)
+		}
+	}
+	f := t.Features(demos, player, d.Exchanges[n-1].NPC)
 	f.Repeat = overlap(d.Exchanges[n-1].NPC, earlier)
 	return f
 }

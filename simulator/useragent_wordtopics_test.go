@@ -74,11 +74,26 @@ func TestLearnWordTopicsGroupsWordsPlayersUseTogether(t *testing.T) {
 		{"Hello there.", TurnFeatures{Turn: 2, NoTopic: 1}},
 		{"Hello there?", TurnFeatures{Turn: 2, Question: 1, NoTopic: 1}},
 	} {
-		if got := wt.Features(player, tt.npc); got != tt.want {
+		if got := wt.Features(nil, player, tt.npc); got != tt.want {
 			t.Errorf("Features(%q) = %+v; want %+v", tt.npc, got, tt.want)
 		}
 	}
-	if got := (*WordTopics)(nil).Features(player, "A fine harp tune?"); got != (TurnFeatures{Turn: 2, Question: 1}) {
+	// The player talked about the dungeon in an earlier session, not about
+	// the orchard: naming the dungeon names a topic they know.
+	earlier := []string{"that boss in the dungeon", "i like my tackle"}
+	for _, tt := range []struct {
+		npc  string
+		want TurnFeatures
+	}{
+		{"Have you been to the dungeon?", TurnFeatures{Turn: 2, Question: 1, OffTopic: 1, NamesNew: 1, NamesKnown: 1}},
+		{"A harp by the orchard.", TurnFeatures{Turn: 2, OnLast: 1, NamesNew: 1}},
+		{"Which lake was it?", TurnFeatures{Turn: 2, Question: 1, OnEarlier: 1, AsksNamed: 1}},
+	} {
+		if got := wt.Features(earlier, player, tt.npc); got != tt.want {
+			t.Errorf("Features(%q) after %q = %+v; want %+v", tt.npc, earlier, got, tt.want)
+		}
+	}
+	if got := (*WordTopics)(nil).Features(earlier, player, "A fine harp tune?"); got != (TurnFeatures{Turn: 2, Question: 1}) {
 		t.Errorf("no word topics read %+v; want the turn and its question alone", got)
 	}
 
@@ -146,7 +161,7 @@ func TestLearnWordTopicsLeavesOutWordsOfEveryTopic(t *testing.T) {
 func TestFitCalibrationReadsFeatures(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	truth := Calibration{Scale: 1, Offset: -2.5, Early: [3]float64{-0.8, -0.4, 0}, OnLast: -0.7, OffTopic: 1.0, Repeat: 1.5,
-		Question: -0.5, OnEarlier: -0.4, NamesNew: 0.3, NoTopic: 0.8, AsksNamed: -0.6}
+		Question: -0.5, OnEarlier: -0.4, NamesNew: 0.3, NoTopic: 0.8, AsksNamed: -0.6, NamesKnown: -0.9}
 	var ds []Decision
 	for range 12000 {
 		f := TurnFeatures{Turn: 1 + rng.IntN(5), Question: float64(rng.IntN(2))}
@@ -154,7 +169,7 @@ func TestFitCalibrationReadsFeatures(t *testing.T) {
 		case 0:
 			f.OnLast, f.AsksNamed = 1, f.Question
 		case 1:
-			f.OffTopic, f.NamesNew = 1, 1
+			f.OffTopic, f.NamesNew, f.NamesKnown = 1, 1, float64(rng.IntN(2))
 		case 2:
 			f.OnEarlier, f.AsksNamed, f.NamesNew = 1, f.Question, float64(rng.IntN(2))
 		default:
@@ -204,7 +219,7 @@ func TestFeaturesReadRepetition(t *testing.T) {
 		{"half of it", PromptDialogue{Exchanges: []schema.Exchange{x("hi", "The river is cold."), x("and?", "A storm came."), x("so?", "The river is wide.")}}, 3.0 / 5},
 		{"new words", PromptDialogue{Exchanges: []schema.Exchange{x("hi", "The river is cold."), x("and?", "Bake bread at dawn.")}}, 0},
 	} {
-		if got := (*WordTopics)(nil).featuresOf(tt.d); math.Abs(got.Repeat-tt.want) > 1e-12 || got.Turn != len(tt.d.Exchanges) {
+		if got := (*WordTopics)(nil).featuresOf(UserAgentQuery{Current: tt.d}); math.Abs(got.Repeat-tt.want) > 1e-12 || got.Turn != len(tt.d.Exchanges) {
 			t.Errorf("%s: features %+v; want turn %d and repeat %g", tt.name, got, len(tt.d.Exchanges), tt.want)
 		}
 	}
