@@ -93,6 +93,14 @@ func TestLearnWordTopicsGroupsWordsPlayersUseTogether(t *testing.T) {
 			t.Errorf("Features(%q) after %q = %+v; want %+v", tt.npc, earlier, got, tt.want)
 		}
 	}
+	// As the user agent scores a turn: the earlier messages are its demos'.
+	q := UserAgentQuery{
+		Demos:   []PromptDialogue{{Exchanges: []schema.Exchange{{User: earlier[0], NPC: "Good luck."}, {User: earlier[1], NPC: "Nice."}}}},
+		Current: PromptDialogue{Exchanges: []schema.Exchange{{User: player[0], NPC: "Oh no."}, {User: player[1], NPC: "Have you been to the dungeon?"}}},
+	}
+	if got := wt.featuresOf(q); got.NamesKnown != 1 || got.NamesNew != 1 {
+		t.Errorf("scored with demos: %+v; want a known topic named anew", got)
+	}
 	if got := (*WordTopics)(nil).Features(earlier, player, "A fine harp tune?"); got != (TurnFeatures{Turn: 2, Question: 1}) {
 		t.Errorf("no word topics read %+v; want the turn and its question alone", got)
 	}
