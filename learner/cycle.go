@@ -300,12 +300,24 @@ func (c *Cycle) save() error {
 	return nil
 }
 
-// due reports whether a cycle should run now.
+// due reports whether a cycle should run now: its schedule says so, or the
+// user agent the referee gate refused is no longer the current one (a
+// refresh published another, often from the very window the refusal
+// consumed), so the cycle judges that one without waiting for a window.
 func (c *Cycle) due() bool {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return schedule{c.cfg.EverySessions, c.cfg.Every, c.cfg.MinSessions}.due(
+	scheduled := schedule{c.cfg.EverySessions, c.cfg.Every, c.cfg.MinSessions}.due(
 		c.store.Len()-c.state.TrainedUpTo, c.now().Sub(c.state.LastAt))
+	refused := ""
+	if v := c.state.Referee; v != nil && !v.Passed {
+		refused = v.UserAgent
+	}
+	c.mu.Unlock()
+	if scheduled || refused == "" {
+		return scheduled
+	}
+	ua, err := currentVersion(context.Background(), c.registry, c.cfg.UserAgentModel)
+	return err == nil && ua != "" && ua != refused
 }
 
 // Run checks every Poll whether a cycle is due and runs it until ctx is

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -288,6 +289,37 @@ func TestCycleWaitsForAReferee(t *testing.T) {
 	}
 	if n := logs.count("at-grpo cycle waits for a user agent that passes the referee gate"); n != 2 {
 		t.Errorf("%d waiting messages; want 2", n)
+	}
+
+	// A refresh publishes another user agent: the cycle is due at once, to
+	// judge it on the sessions it has, and the new verdict ends that.
+	reg, err := registry.NewLocal(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	man, err := reg.Manifest(context.Background(), cfg.UserAgentModel, "v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := slices.Collect(maps.Keys(man.Files))
+	man.Version, man.Files, man.CreatedAt = "", nil, time.Time{}
+	if _, err := reg.Import(context.Background(), cfg.UserAgentModel, "v2", reg.Dir(cfg.UserAgentModel, "v1"), files, man); err != nil {
+		t.Fatal(err)
+	}
+	if !c.due() {
+		t.Fatal("cycle not due after a new user agent replaced the refused one")
+	}
+	if res, err = c.RunOnce(context.Background()); err != nil {
+		t.Fatalf("RunOnce on the new user agent: %v", err)
+	}
+	if res.Referee == nil || res.Referee.UserAgent != "v2" {
+		t.Errorf("cycle after a new user agent: referee %+v; want a verdict on v2", res.Referee)
+	}
+	if n := logs.count("user-agent referee"); n != 2 {
+		t.Errorf("referee measured %d times for two user agents; want twice", n)
+	}
+	if !res.Referee.Passed && c.due() {
+		t.Error("cycle still due after judging the new user agent")
 	}
 }
 

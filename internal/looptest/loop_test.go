@@ -194,11 +194,21 @@ func waitCandidate(t *testing.T, ctx context.Context, reg *registry.Local, learn
 			Reason    string `json:"reason"`
 		} `json:"last"`
 	}
+	// A refusal of a user agent a refresh has replaced since is not the
+	// last word: the cycle judges the new one (Cycle.due).
+	current := func() string {
+		mans, err := reg.List(ctx, "user-agent")
+		if err != nil || len(mans) == 0 {
+			return ""
+		}
+		return mans[len(mans)-1].Version
+	}
 	waitFor(t, ctx, d, "an at-grpo candidate npc/v2", func() bool {
 		if _, err := reg.Manifest(ctx, "npc", "v2"); err == nil {
 			return true
 		}
-		return readJSON(state, &cycle) && (cycle.Referee != nil && !cycle.Referee.Passed || cycle.Last != nil && !cycle.Last.Published)
+		return readJSON(state, &cycle) && (cycle.Referee != nil && !cycle.Referee.Passed && cycle.Referee.UserAgent == current() ||
+			cycle.Last != nil && !cycle.Last.Published)
 	})
 	if !readJSON(state, &cycle) || cycle.Referee == nil {
 		t.Fatal("a candidate, but the cycle kept no referee verdict: it trained without asking the referee gate")

@@ -117,10 +117,21 @@ func TestLoopPromotes(t *testing.T) {
 	sys := startStack(t, ctx, rds, kfk, topic, gw, lc, tel)
 	players.GatewayURL, players.APIKey = sys.base, sys.key
 
-	// 1. A window of sessions on v1 makes a refresh and a cycle due.
+	// 1. A window of sessions on v1 makes a refresh and a cycle due. The
+	// cycle judges the user agent current when it starts; when the refresh
+	// then publishes another, the cycle judges that one too.
 	window := players
 	window.Sessions = windowSessions
 	playBots(t, ctx, began, "window", window)
+	var rs struct {
+		Refreshes  int    `json:"refreshes"`
+		Published  int    `json:"published"`
+		LastReason string `json:"last_reason"`
+	}
+	waitFor(t, ctx, 30*time.Minute, "a user-agent refresh", func() bool {
+		return readJSON(filepath.Join(lc.Learner.DataDir, "refresh.json"), &rs) && rs.Refreshes >= 1
+	})
+	t.Logf("user-agent refresh: %d published (%s)", rs.Published, rs.LastReason)
 	waitCandidate(t, ctx, reg, lc.Learner.DataDir, 40*time.Minute)
 
 	// 2. Live-ops canaries it at 50 %; new players come in rounds until
