@@ -177,6 +177,25 @@ func playBots(t *testing.T, ctx context.Context, began time.Time, phase string, 
 	return sum
 }
 
+// refreshState is what the learner's refresh.json tells a loop test.
+type refreshState struct {
+	Refreshes   int    `json:"refreshes"`
+	Published   int    `json:"published"`
+	LastVersion string `json:"last_version"`
+	LastReason  string `json:"last_reason"`
+}
+
+// waitRefresh waits up to d for the learner's first user-agent refresh to
+// finish, published or refused, and returns its state.
+func waitRefresh(t *testing.T, ctx context.Context, learnerDir string, d time.Duration) refreshState {
+	t.Helper()
+	var rs refreshState
+	waitFor(t, ctx, d, "a user-agent refresh", func() bool {
+		return readJSON(filepath.Join(learnerDir, "refresh.json"), &rs) && rs.Refreshes >= 1
+	})
+	return rs
+}
+
 // waitCandidate waits up to d for the cycle's candidate npc/v2 and
 // returns its verified manifest. It fails at once when the cycle waits for
 // a user agent that passes the referee gate, and when a candidate came
@@ -349,15 +368,7 @@ func TestClosedLoop(t *testing.T) {
 
 	// 1. A refresh window of sessions: the user agent is refreshed.
 	play("refresh window", refreshSessions)
-	var rs struct {
-		Refreshes   int    `json:"refreshes"`
-		Published   int    `json:"published"`
-		LastVersion string `json:"last_version"`
-		LastReason  string `json:"last_reason"`
-	}
-	waitFor(t, ctx, 5*time.Minute, "a user-agent refresh", func() bool {
-		return readJSON(filepath.Join(lc.Learner.DataDir, "refresh.json"), &rs) && rs.Refreshes >= 1
-	})
+	rs := waitRefresh(t, ctx, lc.Learner.DataDir, 5*time.Minute)
 	if rs.Published > 0 {
 		t.Logf("user agent refreshed: published %s (gate: %s)", rs.LastVersion, rs.LastReason)
 	} else {

@@ -123,14 +123,7 @@ func TestLoopPromotes(t *testing.T) {
 	window := players
 	window.Sessions = windowSessions
 	playBots(t, ctx, began, "window", window)
-	var rs struct {
-		Refreshes  int    `json:"refreshes"`
-		Published  int    `json:"published"`
-		LastReason string `json:"last_reason"`
-	}
-	waitFor(t, ctx, 30*time.Minute, "a user-agent refresh", func() bool {
-		return readJSON(filepath.Join(lc.Learner.DataDir, "refresh.json"), &rs) && rs.Refreshes >= 1
-	})
+	rs := waitRefresh(t, ctx, lc.Learner.DataDir, 30*time.Minute)
 	t.Logf("user-agent refresh: %d published (%s)", rs.Published, rs.LastReason)
 	waitCandidate(t, ctx, reg, lc.Learner.DataDir, 40*time.Minute)
 
