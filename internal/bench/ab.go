@@ -267,8 +267,7 @@ type guardPlayer struct {
 	totals    abtest.Player
 	mean      float64 // turns
 	errorRate float64
-	latency   float64   // ln ms of the player's median exchange
-	pending   []float64 // latencies before the slow threshold is frozen
+	latency   float64 // ln ms of the player's median exchange
 }
 
 // simGuardrails is the guardrail scenario: players arrive at 2.4/s from an
@@ -316,7 +315,11 @@ func simGuardrails(seed uint64, weight, errorIncrease float64, horizon time.Dura
 	var tally abtest.Tally
 	var st abtest.State
 	var stableLatencies []float64
-	slowZ := func(p *guardPlayer) float64 { return (math.Log(tally.SlowThresholdMS) - p.latency) / 0.4 }
+	// The latencies of each arm's slow-exchange blocks (abtest.SlowBlock
+	// long, an exchange in one of a look's at random) wait until the slow
+	// threshold is frozen; each look then counts the blocks it completed.
+	perLook := int(abLook / abtest.SlowBlock)
+	blocks, counted := map[string][][]float64{}, map[string]int{}
 	for b := range looks {
 		for _, e := range buckets[b] {
 			p := &players[e.player]
@@ -332,26 +335,23 @@ func simGuardrails(seed uint64, weight, errorIncrease float64, horizon time.Dura
 			if rng.Float64() < p.errorRate {
 				p.totals.Errors++
 			}
-			z := slowZ(p)
+			arm := blocks[p.totals.Arm]
+			for len(arm) < (b+1)*perLook {
+				arm = append(arm, nil)
+			}
 			for range e.turns {
 				p.totals.Exchanges++
 				if rng.Float64() < abRefusal {
 					p.totals.Refused++
 				}
-				n := rng.NormFloat64()
-				switch {
-				case tally.SlowThresholdMS > 0:
-					if n > z {
-						p.totals.Slow++
-					}
-				default:
-					lat := math.Round(math.Exp(p.latency + 0.4*n))
-					p.pending = append(p.pending, lat)
-					if p.totals.Arm == schema.ArmStable {
-						stableLatencies = append(stableLatencies, lat)
-					}
+				lat := math.Round(math.Exp(p.latency + 0.4*rng.NormFloat64()))
+				k := b*perLook + rng.IntN(perLook)
+				arm[k] = append(arm[k], lat)
+				if p.totals.Arm == schema.ArmStable && tally.SlowThresholdMS == 0 {
+					stableLatencies = append(stableLatencies, lat)
 				}
 			}
+			blocks[p.totals.Arm] = arm
 			a.Add(p.totals)
 		}
 		// The product freezes the slow threshold as Update does: stable's
@@ -359,20 +359,20 @@ func simGuardrails(seed uint64, weight, errorIncrease float64, horizon time.Dura
 		if tally.SlowThresholdMS == 0 && tally.Stable.Players >= acfg.SeqMinPlayers && tally.Canary.Players >= acfg.SeqMinPlayers {
 			tally.SlowThresholdMS = abtest.SlowThreshold(stableLatencies)
 			stableLatencies = nil
-			for i := range players {
-				p := &players[i]
-				if len(p.pending) == 0 {
-					continue
-				}
-				a := tally.Arm(p.totals.Arm)
-				a.Remove(p.totals)
-				for _, lat := range p.pending {
-					if lat > tally.SlowThresholdMS {
-						p.totals.Slow++
+		}
+		if tally.SlowThresholdMS > 0 {
+			for arm, bs := range blocks {
+				for i := counted[arm]; i < len(bs); i++ {
+					slow := 0
+					for _, lat := range bs[i] {
+						if lat > tally.SlowThresholdMS {
+							slow++
+						}
 					}
+					tally.Arm(arm).AddBlock(len(bs[i]), slow)
+					bs[i] = nil
 				}
-				a.Add(p.totals)
-				p.pending = nil
+				counted[arm] = len(bs)
 			}
 		}
 		at := abStart.Add(time.Duration(b+1) * abLook)

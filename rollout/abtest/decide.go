@@ -16,10 +16,11 @@ const (
 )
 
 // GuardrailConfig says when a canary is rolled back or promoted
-// automatically. Each guardrail is a one-sided always-valid test at the
-// player level of "the canary is worse than stable by more than the
-// allowance": it is breached when the lower bound of the always-valid CI
-// of canary − stable (Report.Guardrails) exceeds the allowance.
+// automatically. Each guardrail is a one-sided always-valid test of "the
+// canary is worse than stable by more than the allowance", at the player
+// level (slow exchanges: over blocks of time, SlowBlock): it is breached
+// when the lower bound of the always-valid CI of canary − stable
+// (Report.Guardrails) exceeds the allowance.
 type GuardrailConfig struct {
 	// MinPlayers is how many players with the guardrail's measurement each
 	// arm needs before the guardrail counts as judged (the analysis takes

@@ -76,6 +76,24 @@ func TestDecide(t *testing.T) {
 				s.Exchanges[k].LatencyMS *= 3
 			}
 		})), guard, Rollback, "slow_exchange_rate"},
+		// Two minutes of ten in which every canary exchange is slow, as when
+		// a burst of players queues on the canary's engine: a fifth of the
+		// canary's players, but 12 of its 60 blocks of time, too few to show
+		// that the canary is slower beyond the allowance.
+		{"a burst of slow exchanges", population(300, inWindow, same, onCanary(func(i int, s *Session) {
+			if i >= 100 && i < 160 {
+				for k := range s.Exchanges {
+					s.Exchanges[k].LatencyMS *= 3
+				}
+			}
+		})), guard, Hold, ""},
+		{"a quarter of the canary's exchanges slow all along", population(300, inWindow, same, onCanary(func(i int, s *Session) {
+			if i%4 == 0 {
+				for k := range s.Exchanges {
+					s.Exchanges[k].LatencyMS *= 3
+				}
+			}
+		})), guard, Rollback, "slow_exchange_rate"},
 		{"early termination", population(300, inWindow, same, onCanary(func(i int, s *Session) {
 			if i%4 == 0 {
 				s.Turns, s.Exchanges = 1, s.Exchanges[:1]

@@ -1,10 +1,12 @@
 package abtest
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/parleyhq/parley/schema"
@@ -26,6 +28,16 @@ const (
 
 // Guardrails are the guardrail names in report order.
 var Guardrails = []string{GuardErrorRate, GuardSlowExchanges, GuardEarlyTermination, GuardSafetyRefusals}
+
+// The slow-exchange guardrail is judged on blocks of time, not players: an
+// exchange's latency depends on the load when it was served, which every
+// player served then shares, so the players of one burst are not
+// independent draws of it. Its unit is an arm's exchanges that ended in
+// one SlowBlock of wall time, and it looks once each arm has SlowMinBlocks.
+const (
+	SlowBlock     = 10 * time.Second
+	SlowMinBlocks = 12
+)
 
 // Config configures the analysis.
 type Config struct {
@@ -202,8 +214,8 @@ type Player struct {
 	// after at most one exchange.
 	Errors, Early int
 	// Exchanges counts every exchange (open sessions too), Refused those
-	// the safety guard refused and Slow those slower than the threshold.
-	Exchanges, Refused, Slow int
+	// the safety guard refused.
+	Exchanges, Refused int
 	// Pre is the player's exchange length before first exposure, CUPED's
 	// covariate (Fold gives a player without one the mean of the others').
 	Pre float64
@@ -219,7 +231,9 @@ type ArmTally struct {
 	Errors   Ratio    `json:"errors"`
 	Early    Ratio    `json:"early"`
 	Refusals Ratio    `json:"refusals"`
-	Slow     Ratio    `json:"slow"`
+	// Slow is over blocks (SlowBlock), not players: exchanges and the
+	// slow ones among them; AddBlock counts them.
+	Slow Ratio `json:"slow"`
 	// Latencies are the exchange latencies, for the reported p95 and the
 	// slow threshold; an incremental caller may leave them out.
 	Latencies []float64 `json:"-"`
@@ -244,7 +258,12 @@ func (a *ArmTally) add(p Player, sign int) {
 	f(&a.Errors, s, float64(p.Errors), p.Pre)
 	f(&a.Early, s, float64(p.Early), p.Pre)
 	f(&a.Refusals, x, float64(p.Refused), p.Pre)
-	f(&a.Slow, x, float64(p.Slow), p.Pre)
+}
+
+// AddBlock counts one block of the arm's exchanges, slow of them slower
+// than the slow threshold.
+func (a *ArmTally) AddBlock(exchanges, slow int) {
+	a.Slow.Add(float64(exchanges), float64(slow), 0)
 }
 
 // Tally is both arms' sufficient statistics.
@@ -266,7 +285,8 @@ func (t *Tally) Arm(arm string) *ArmTally {
 	return nil
 }
 
-// Fold folds sessions into per-player totals and tallies them by arm.
+// Fold folds sessions into per-player totals and per-block slow exchanges
+// and tallies them by arm.
 // pre maps a player to their exchange length before first exposure (nil:
 // none); a player without one is given the mean of pre, so CUPED leaves
 // their contribution as it is. Exchanges slower than slowMS count as slow
@@ -281,6 +301,11 @@ func Fold(sessions []Session, pre map[string]float64, slowMS float64) Tally {
 	type key struct{ player, arm string }
 	players := map[key]*Player{}
 	var order []key
+	type block struct {
+		arm string
+		at  int64
+	}
+	blocks := map[block]*[2]int{} // exchanges, slow
 	for _, s := range sessions {
 		a := t.Arm(s.Arm)
 		if a == nil {
@@ -305,8 +330,15 @@ func Fold(sessions []Session, pre map[string]float64, slowMS float64) Tally {
 			if e.Safety == schema.SafetyRefused {
 				p.Refused++
 			}
+			b := block{s.Arm, e.At.UnixNano() / int64(SlowBlock)}
+			n := blocks[b]
+			if n == nil {
+				n = new([2]int)
+				blocks[b] = n
+			}
+			n[0]++
 			if slowMS > 0 && float64(e.LatencyMS) > slowMS {
-				p.Slow++
+				n[1]++
 			}
 			a.Latencies = append(a.Latencies, float64(e.LatencyMS))
 		}
@@ -329,6 +361,9 @@ func Fold(sessions []Session, pre map[string]float64, slowMS float64) Tally {
 	}
 	for _, k := range order {
 		t.Arm(k.arm).Add(*players[k])
+	}
+	for _, b := range slices.SortedFunc(maps.Keys(blocks), func(x, y block) int { return cmp.Or(strings.Compare(x.arm, y.arm), cmp.Compare(x.at, y.at)) }) {
+		t.Arm(b.arm).AddBlock(blocks[b][0], blocks[b][1])
 	}
 	slices.Sort(t.Stable.Versions)
 	slices.Sort(t.Canary.Versions)
@@ -387,9 +422,13 @@ func Judge(prev State, experimentID string, t Tally, cfg Config, now time.Time) 
 		s, c := guardrailRatios(name, t)
 		g := Guardrail{Name: name, Stable: s.Mean(), Canary: c.Mean(), StablePlayers: s.N, CanaryPlayers: c.N}
 		seq := st.Guardrails[name]
+		units := cfg.SeqMinPlayers
+		if name == GuardSlowExchanges {
+			g.StablePlayers, g.CanaryPlayers, units = t.Stable.Players, t.Canary.Players, SlowMinBlocks
+		}
 		if name != GuardSlowExchanges || t.SlowThresholdMS > 0 {
 			d, vs, vc, _, _ := difference(s, c)
-			seq = look(seq, d, vs, vc, s, c, cfg.GuardrailAlpha, cfg)
+			seq = look(seq, d, vs, vc, s, c, units, cfg.GuardrailAlpha, cfg)
 			g.Exact = s.N >= 2 && c.N >= 2 && vs+vc <= 0
 		}
 		g.Seq, st.Guardrails[name] = seq, seq
@@ -450,11 +489,11 @@ func difference(s, c Ratio) (d, vs, vc, theta, raw float64) {
 }
 
 // look takes a look of the sequential test seq at level alpha once both
-// arms have the burn-in, on the difference d with arm variances vs and vc;
-// τ (used at the first look only) is MixtureSD per-player standard
-// deviations, pooled over the arms.
-func look(seq Sequential, d, vs, vc float64, s, c Ratio, alpha float64, cfg Config) Sequential {
-	if s.N < cfg.SeqMinPlayers || c.N < cfg.SeqMinPlayers {
+// arms have minUnits (players, or blocks), on the difference d with arm
+// variances vs and vc; τ (used at the first look only) is MixtureSD
+// per-unit standard deviations, pooled over the arms.
+func look(seq Sequential, d, vs, vc float64, s, c Ratio, minUnits int, alpha float64, cfg Config) Sequential {
+	if s.N < minUnits || c.N < minUnits {
 		return seq
 	}
 	tau := cfg.MixtureSD * math.Sqrt((float64(s.N)*vs+float64(c.N)*vc)/2)
@@ -467,7 +506,7 @@ func compare(metric string, seq Sequential, s, c Ratio, alpha float64, cfg Confi
 	cmp := Comparison{Metric: metric}
 	d, vs, vc, theta, raw := difference(s, c)
 	v := vs + vc
-	seq = look(seq, d, vs, vc, s, c, alpha, cfg)
+	seq = look(seq, d, vs, vc, s, c, cfg.SeqMinPlayers, alpha, cfg)
 	cmp.Seq = seq
 	if seq.Looks == 0 {
 		cmp.Seq.P, cmp.Seq.Alpha = 1, alpha
