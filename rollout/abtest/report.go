@@ -330,7 +330,7 @@ func Fold(sessions []Session, pre map[string]float64, slowMS float64) Tally {
 			if e.Safety == schema.SafetyRefused {
 				p.Refused++
 			}
-			b := block{s.Arm, e.At.UnixNano() / int64(SlowBlock)}
+			b := block{s.Arm, e.At.Unix() / int64(SlowBlock/time.Second)}
 			n := blocks[b]
 			if n == nil {
 				n = new([2]int)
