@@ -9,7 +9,7 @@ FUZZTIME ?= 10s
 FUZZMINTIME ?= 2s
 BENCH_DIR ?= bench/results
 
-.PHONY: all build run test test-short test-long test-security test-faults test-loop loop-promote test-race experiment user-agent lint fuzz bench bench-reference soak schemas deploy-check clean
+.PHONY: all build run test test-short test-long test-security test-faults test-loop loop-promote loop-replay test-race experiment user-agent lint fuzz bench bench-reference soak schemas deploy-check clean
 
 all: build
 
@@ -53,6 +53,14 @@ LOOP_DIR ?= $(DATA_DIR)/loop-promote
 loop-promote:
 	mkdir -p $(LOOP_DIR)
 	PARLEY_LOOP_DIR=$(abspath $(LOOP_DIR)) $(GO) test -tags loop,long -count=1 -timeout 90m -v -run TestLoopPromotes ./internal/looptest/
+
+# Replays a kept loop run's A/B on a fresh stack: its npc/v1 stable, its
+# candidate npc/v2 canaried at 50 %, new players in rounds, the watchdog at
+# its production thresholds (five to ten minutes; REPLAY_SEED offsets the
+# players' seeds). REPLAY_RUN is a run directory under LOOP_DIR.
+loop-replay:
+	@test -n "$(REPLAY_RUN)" || { echo "make loop-replay REPLAY_RUN=<a loop run's directory, such as $(LOOP_DIR)/run-…>"; exit 2; }
+	PARLEY_REPLAY_REGISTRY=$(abspath $(REPLAY_RUN))/registry PARLEY_REPLAY_SEED=$(REPLAY_SEED) $(GO) test -tags loop,long -count=1 -timeout 40m -v -run TestLoopReplaysAB ./internal/looptest/
 
 # The race detector over every package, on the quick subset (-short).
 test-race:

@@ -129,15 +129,36 @@ func TestLoopPromotes(t *testing.T) {
 
 	// 2. Live-ops canaries it at 50 %; new players come in rounds until
 	// the watchdog decides.
+	st, exp := abRounds(t, ctx, began, rds, players, 0)
+	d := analyze(t, exp, sys.collector).AvgL
+	t.Logf("rollout: state %s, stable %s, by %s; loop took %.0fs", st.State, st.Stable, st.UpdatedBy, time.Since(began).Seconds())
+	for _, l := range slices.Concat(logs.Lines("user-agent refresh done"), logs.Lines("at-grpo cycle"), logs.Lines("watchdog")) {
+		t.Log(l)
+	}
+	if st.State != schema.PhaseSteady || st.Stable != "v2" || st.UpdatedBy != lc.Watchdog.By {
+		t.Fatalf("the watchdog did not promote npc/v2: state %s, stable %s, by %s", st.State, st.Stable, st.UpdatedBy)
+	}
+	if d.Lo <= 0 {
+		t.Fatalf("promoted, but the player-level CI of Avg.L canary − stable reaches %+.3f", d.Lo)
+	}
+}
+
+// abRounds canaries npc/v2 at 50 %, as live-ops would, and brings new
+// players (one session each, seeds after seedOffset) in rounds until the
+// watchdog decides or abRoundMax rounds have played. It returns the
+// rollout's state and the experiment.
+func abRounds(t *testing.T, ctx context.Context, began time.Time, rds *testenv.Redis, players bots.Config, seedOffset uint64) (schema.RolloutState, string) {
+	t.Helper()
 	rc, st := canaryHalf(t, ctx, rds)
 	exp := st.ExperimentID
+	var err error
 	for round := 1; round <= abRoundMax && st.State == schema.PhaseCanary; round++ {
 		// Players think between turns: with bots that answer at once, the
 		// arm whose sessions run longer holds more of the concurrent
 		// sessions, its engine slows and its sessions lengthen further,
 		// which the slow-exchange guardrail then blames on the canary.
 		ab := players
-		ab.Players, ab.Sessions, ab.Seed = abRoundPlayers, abRoundPlayers, botSeed+uint64(round)
+		ab.Players, ab.Sessions, ab.Seed = abRoundPlayers, abRoundPlayers, botSeed+seedOffset+uint64(round)
 		ab.Concurrency, ab.ThinkTime = abConcurrency, abThinkTime
 		ab.Population.IDPrefix = fmt.Sprintf("ab%d-", round)
 		playBots(t, ctx, began, fmt.Sprintf("a/b round %d", round), ab)
@@ -150,15 +171,5 @@ func TestLoopPromotes(t *testing.T) {
 			}
 		}
 	}
-	d := analyze(t, exp, sys.collector).AvgL
-	t.Logf("rollout: state %s, stable %s, by %s; loop took %.0fs", st.State, st.Stable, st.UpdatedBy, time.Since(began).Seconds())
-	for _, l := range slices.Concat(logs.Lines("user-agent refresh done"), logs.Lines("at-grpo cycle"), logs.Lines("watchdog")) {
-		t.Log(l)
-	}
-	if st.State != schema.PhaseSteady || st.Stable != "v2" || st.UpdatedBy != lc.Watchdog.By {
-		t.Fatalf("the watchdog did not promote npc/v2: state %s, stable %s, by %s", st.State, st.Stable, st.UpdatedBy)
-	}
-	if d.Lo <= 0 {
-		t.Fatalf("promoted, but the player-level CI of Avg.L canary − stable reaches %+.3f", d.Lo)
-	}
+	return st, exp
 }
