@@ -105,16 +105,17 @@ type Decision struct {
 
 // Decide recommends a rollback when a guardrail is breached or the
 // sequential test on Avg.L finds the canary worse; otherwise a promotion
-// only when cfg.AutoPromote is set, every guardrail has been judged, the
-// SRM check has run and passed, both arms have cfg.MinPromotePlayers and
-// the sequential test finds the canary better with a non-empty CI;
-// otherwise to hold. An invalid cfg holds.
+// only when cfg.AutoPromote is set, every guardrail has been judged and
+// none is worse on the canary than its allowance even unproven, the SRM
+// check has run and passed, both arms have cfg.MinPromotePlayers and the
+// sequential test finds the canary better with a non-empty CI; otherwise
+// to hold. An invalid cfg holds.
 func Decide(r Report, cfg GuardrailConfig) Decision {
 	if err := cfg.Validate(); err != nil {
 		return Decision{Verdict: Hold, Reason: err.Error()}
 	}
 	var checks []Check
-	var breached, unjudged []string
+	var breached, unjudged, over []string
 	for _, g := range r.Guardrails {
 		a := cfg.allowance(g.Name)
 		enough := g.StablePlayers >= cfg.MinPlayers && g.CanaryPlayers >= cfg.MinPlayers
@@ -132,6 +133,8 @@ func Decide(r Report, cfg GuardrailConfig) Decision {
 				g.Name, g.Seq.Lo, a, g.Stable, g.Canary))
 		case !ch.Judged:
 			unjudged = append(unjudged, g.Name)
+		case g.Canary-g.Stable > a:
+			over = append(over, fmt.Sprintf("%s canary − stable %.4g > allowance %.4g, not proven", g.Name, g.Canary-g.Stable, a))
 		}
 		checks = append(checks, ch)
 	}
@@ -160,6 +163,8 @@ func Decide(r Report, cfg GuardrailConfig) Decision {
 	case r.Stable.AvgL.Players < cfg.MinPromotePlayers || r.Canary.AvgL.Players < cfg.MinPromotePlayers:
 		d.Reason = fmt.Sprintf("%s; %d stable and %d canary players, %d each needed to promote",
 			quiet, r.Stable.AvgL.Players, r.Canary.AvgL.Players, cfg.MinPromotePlayers)
+	case len(over) > 0:
+		d.Reason = "holding: " + strings.Join(over, "; ")
 	case seq.Empty:
 		d.Reason = fmt.Sprintf("%s; the always-valid CIs of Avg.L no longer overlap (the effect is not stable over time): holding", quiet)
 	case seq.Better:

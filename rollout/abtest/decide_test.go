@@ -87,6 +87,15 @@ func TestDecide(t *testing.T) {
 				}
 			}
 		})), guard, Hold, ""},
+		// The same burst on a canary that is better: not proven slower, but
+		// slower than the allowance allows, so not promoted either.
+		{"better, with a burst of slow exchanges", population(300, inWindow, better, onCanary(func(i int, s *Session) {
+			if i >= 100 && i < 160 {
+				for k := range s.Exchanges {
+					s.Exchanges[k].LatencyMS *= 3
+				}
+			}
+		})), promoting, Hold, ""},
 		{"a quarter of the canary's exchanges slow all along", population(300, inWindow, same, onCanary(func(i int, s *Session) {
 			if i%4 == 0 {
 				for k := range s.Exchanges {
