@@ -115,6 +115,18 @@ func gatewayConfig(t *testing.T, rds *testenv.Redis, kfk *testenv.Kafka, topic, 
 	return gw
 }
 
+// learnerConfig is a learner on the test's Redis and broker, reading
+// registryRoot and keeping its data under dir, whose watchdog looks at the
+// deployment every 5 s.
+func learnerConfig(rds *testenv.Redis, kfk *testenv.Kafka, topic, registryRoot, dir string) learnerd.Config {
+	lc := learnerd.DefaultConfig()
+	lc.Learner.DataDir, lc.Learner.Registry = filepath.Join(dir, "learner"), registryRoot
+	lc.Learner.Consumer.Brokers, lc.Learner.Consumer.Topic = kfk.Addrs, topic
+	lc.RedisAddr, lc.KeyPrefix, lc.Watchdog.Deployment = rds.Addr, rds.Prefix, deployment
+	lc.Watchdog.Interval = 5 * time.Second
+	return lc
+}
+
 // stack is a running gateway and learner of a loop run: the gateway's
 // URL, a player key, and an A/B collector of the test's own.
 type stack struct {
@@ -324,15 +336,11 @@ func TestClosedLoop(t *testing.T) {
 	players := bots.DefaultConfig()
 	players.Players, players.Seed, players.MaxTurns, players.Concurrency = botPlayers, botSeed, botMaxTurns, 4
 
-	lc := learnerd.DefaultConfig()
-	lc.Learner.DataDir, lc.Learner.Registry = filepath.Join(dir, "learner"), registryRoot
-	lc.Learner.Consumer.Brokers, lc.Learner.Consumer.Topic = kfk.Addrs, topic
+	lc := learnerConfig(rds, kfk, topic, registryRoot, dir)
 	lc.Learner.Refresh.SFT = tinySFT(learner.RoleUser, "", "", 16)
 	lc.Learner.Refresh.EverySessions, lc.Learner.Refresh.Every, lc.Learner.Refresh.Poll = refreshSessions, 0, 300*time.Millisecond
-	lc.RedisAddr, lc.KeyPrefix, lc.Watchdog.Deployment = rds.Addr, rds.Prefix, deployment
 	// The watchdog judges the guardrails once each arm has a fair share of
 	// the A/B phase, then may roll back before the test decides.
-	lc.Watchdog.Interval = 5 * time.Second
 	lc.Watchdog.Guardrails.MinPlayers = abSessions / 3
 	cy := &lc.Cycle
 	cy.EverySessions, cy.Every, cy.Poll = cycleSessions, 0, 300*time.Millisecond

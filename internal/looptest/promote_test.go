@@ -13,7 +13,6 @@ import (
 
 	"github.com/parleyhq/parley/inference/registry"
 	"github.com/parleyhq/parley/internal/devstack"
-	"github.com/parleyhq/parley/internal/learnerd"
 	"github.com/parleyhq/parley/internal/telemetry"
 	"github.com/parleyhq/parley/internal/testenv"
 	"github.com/parleyhq/parley/schema"
@@ -99,12 +98,8 @@ func TestLoopPromotes(t *testing.T) {
 	players := bots.DefaultConfig()
 	players.Players, players.Seed, players.MaxTurns, players.Concurrency = windowPlayers, botSeed, promoteTurns, 8
 
-	lc := learnerd.DefaultConfig()
-	lc.Learner.DataDir, lc.Learner.Registry = filepath.Join(run, "learner"), registryRoot
-	lc.Learner.Consumer.Brokers, lc.Learner.Consumer.Topic = kfk.Addrs, topic
+	lc := learnerConfig(rds, kfk, topic, registryRoot, run)
 	lc.Learner.Refresh.EverySessions, lc.Learner.Refresh.Every = windowSessions, 0
-	lc.RedisAddr, lc.KeyPrefix, lc.Watchdog.Deployment = rds.Addr, rds.Prefix, deployment
-	lc.Watchdog.Interval = 5 * time.Second
 	lc.Watchdog.Guardrails.AutoPromote = true
 	cy := &lc.Cycle
 	cy.EverySessions, cy.Every = windowSessions, 0

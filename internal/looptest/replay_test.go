@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parleyhq/parley/internal/learnerd"
 	"github.com/parleyhq/parley/internal/telemetry"
 	"github.com/parleyhq/parley/internal/testenv"
 	"github.com/parleyhq/parley/simulator/bots"
@@ -58,14 +57,10 @@ func TestLoopReplaysAB(t *testing.T) {
 		t.Fatal(err)
 	}
 	gw := gatewayConfig(t, rds, kfk, topic, registryRoot, run)
-	lc := learnerd.DefaultConfig()
-	lc.Learner.DataDir, lc.Learner.Registry = filepath.Join(run, "learner"), registryRoot
-	lc.Learner.Consumer.Brokers, lc.Learner.Consumer.Topic = kfk.Addrs, topic
+	lc := learnerConfig(rds, kfk, topic, registryRoot, run)
 	// Neither a refresh nor a cycle comes due during the A/B.
 	lc.Learner.Refresh.EverySessions, lc.Learner.Refresh.Every = abRoundMax*abRoundPlayers+1, 0
 	lc.Cycle.EverySessions, lc.Cycle.Every = abRoundMax*abRoundPlayers+1, 0
-	lc.RedisAddr, lc.KeyPrefix, lc.Watchdog.Deployment = rds.Addr, rds.Prefix, deployment
-	lc.Watchdog.Interval = 5 * time.Second
 	lc.Watchdog.Guardrails.AutoPromote = true
 	sys := startStack(t, ctx, rds, kfk, topic, gw, lc, tel)
 	if err := os.Rename(candidate, filepath.Join(registryRoot, "npc", "v2")); err != nil {
