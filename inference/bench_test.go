@@ -23,7 +23,7 @@ func BenchmarkDecodeStep(b *testing.B) {
 	for _, name := range []string{DecoderCPU, DecoderGoMLX} {
 		for _, rows := range []int{1, 8, 32, 64} {
 			b.Run(fmt.Sprintf("%s/batch%d", name, rows), func(b *testing.B) {
-				dec := newDecoder(m, name)
+				dec := newDecoder(m, name, 0)
 				defer dec.close()
 				tps, cpu := timeDecodeSteps(b, dec, m.Config().VocabSize, rows, 64)
 				b.ReportMetric(tps, "tokens/s")
@@ -49,7 +49,7 @@ func timeDecodeSteps(b *testing.B, dec decoder, vocab, rows, prompt int) (float6
 	if err := dec.resize(src, rows, 2*prompt); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := dec.prefill(ids, prompts); err != nil {
+	if _, _, err := dec.prefill(ids, prompts); err != nil {
 		b.Fatal(err)
 	}
 	toks, pos, active := make([]int32, rows), make([]int32, rows), make([]bool, rows)

@@ -52,6 +52,8 @@ type cpuDecoder struct {
 	// a head's rows a cache length apart, which the hardware prefetcher
 	// does not follow).
 	k, v [][]float32
+	// prefixes keeps finished sequences for later prompts (nil: none).
+	prefixes *prefixStore
 
 	s     cpuScratch
 	parts []cpuScratch // a part's activations each when forward splits a step
@@ -123,6 +125,7 @@ func (d *cpuDecoder) close() {
 		d.pool = nil
 	}
 	d.k, d.v, d.s, d.parts = nil, nil, cpuScratch{}, nil
+	d.prefixes.clear()
 }
 
 // prepare starts the pool and (re)reads the weights if the model's
@@ -157,6 +160,7 @@ func (d *cpuDecoder) prepare() error {
 	if !changed {
 		return nil
 	}
+	d.prefixes.clear() // computed with the old weights
 	// The checkpoint's bfloat16 matrices while they are the weights, else
 	// float32 copies; on an error nothing is kept, so the next call reads
 	// again.
@@ -265,38 +269,49 @@ func (d *cpuDecoder) resize(src []int, rows, length int) error {
 	return nil
 }
 
-func (d *cpuDecoder) prefill(rows []int, prompts [][]int) ([]float32, error) {
+func (d *cpuDecoder) prefill(rows []int, prompts [][]int) ([]float32, int, error) {
 	if len(rows) != len(prompts) || len(rows) == 0 {
-		return nil, fmt.Errorf("prefill %d prompts into %d rows", len(prompts), len(rows))
+		return nil, 0, fmt.Errorf("prefill %d prompts into %d rows", len(prompts), len(rows))
 	}
 	if d.k == nil {
-		return nil, errors.New("prefill: no cache laid out")
+		return nil, 0, errors.New("prefill: no cache laid out")
 	}
 	if err := d.prepare(); err != nil {
-		return nil, fmt.Errorf("prefill: %w", err)
+		return nil, 0, fmt.Errorf("prefill: %w", err)
 	}
 	used := make([]bool, d.rows)
-	var toks, tokRows, tokPos, last []int
 	for j, r := range rows {
 		if r < 0 || r >= d.rows || used[r] {
-			return nil, fmt.Errorf("prefill into row %d of %d (twice or out of range)", r, d.rows)
+			return nil, 0, fmt.Errorf("prefill into row %d of %d (twice or out of range)", r, d.rows)
 		}
 		used[r] = true
 		p := prompts[j]
 		if len(p) == 0 || len(p) > d.length {
-			return nil, fmt.Errorf("prefill %d tokens into a cache of %d: %w", len(p), d.length, ErrTooLong)
+			return nil, 0, fmt.Errorf("prefill %d tokens into a cache of %d: %w", len(p), d.length, ErrTooLong)
 		}
-		for i, id := range p {
+		for _, id := range p {
 			if id < 0 || id >= d.cfg.VocabSize {
-				return nil, fmt.Errorf("prefill: token id %d outside vocabulary of %d", id, d.cfg.VocabSize)
+				return nil, 0, fmt.Errorf("prefill: token id %d outside vocabulary of %d", id, d.cfg.VocabSize)
 			}
-			toks, tokRows, tokPos = append(toks, id), append(tokRows, r), append(tokPos, i)
+		}
+	}
+	var toks, tokRows, tokPos, last []int
+	reused := 0
+	for j, r := range rows {
+		p, from := prompts[j], 0
+		if e, n := d.prefixes.match(p); e != nil {
+			d.loadRow(r, e, n)
+			from = n
+			reused += n
+		}
+		for i := from; i < len(p); i++ {
+			toks, tokRows, tokPos = append(toks, p[i]), append(tokRows, r), append(tokPos, i)
 		}
 		last = append(last, len(toks)-1)
 	}
 	out := make([]float32, len(rows)*d.cfg.VocabSize)
 	d.forward(toks, tokRows, tokPos, last, out)
-	return out, nil
+	return out, reused, nil
 }
 
 // logitsFrom runs each sequence from position 0 in a row of its own and

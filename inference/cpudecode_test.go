@@ -282,6 +282,9 @@ type decoderPair struct {
 	ref, cpu decoder
 	// worst is the largest difference seen, scale the largest |logit|.
 	worst, scale float64
+	// reused is the positions the CPU decoder's last prefill copied from
+	// kept sequences.
+	reused int
 }
 
 const parityTol = 1e-4
@@ -332,11 +335,12 @@ func (p *decoderPair) compare(what string, want, got []float32, rows []int) {
 
 func (p *decoderPair) prefill(rows []int, prompts [][]int) []float32 {
 	p.t.Helper()
-	want, err := p.ref.prefill(rows, prompts)
+	want, _, err := p.ref.prefill(rows, prompts)
 	if err != nil {
 		p.t.Fatalf("gomlx prefill: %v", err)
 	}
-	got, err := p.cpu.prefill(rows, prompts)
+	got, reused, err := p.cpu.prefill(rows, prompts)
+	p.reused = reused
 	if err != nil {
 		p.t.Fatalf("cpu prefill: %v", err)
 	}

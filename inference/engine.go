@@ -46,6 +46,11 @@ type EngineConfig struct {
 	// larger groups are faster per token but stall running decodes longer.
 	// 0 means 8.
 	PrefillBatch int `json:"prefill_batch"`
+	// PrefixCacheMB is the memory the CPU decoder keeps finished
+	// sequences' keys and values in, so that a prompt starting with one
+	// (a conversation's next turn) is prefilled only past it; 0 keeps
+	// none. The GoMLX decoder always prefills whole prompts.
+	PrefixCacheMB int `json:"prefix_cache_mb"`
 	// Decoder is the numeric path of prefill and decode steps: DecoderCPU
 	// (plain Go, fastest on CPUs), DecoderGoMLX (the model's GoMLX backend,
 	// for accelerators) or "" to choose by the model's backend: CPU for
@@ -63,7 +68,7 @@ type EngineConfig struct {
 
 // DefaultEngineConfig suits a 2-core server with the default model.
 func DefaultEngineConfig() EngineConfig {
-	return EngineConfig{MaxBatch: 32, QueueSize: 256, ScoreBatch: 16, PrefillBatch: 8}
+	return EngineConfig{MaxBatch: 32, QueueSize: 256, ScoreBatch: 16, PrefillBatch: 8, PrefixCacheMB: 64}
 }
 
 // Validate reports a configuration the engine cannot run with.
@@ -79,6 +84,8 @@ func (c EngineConfig) Validate() error {
 		return fmt.Errorf("engine config: score batch %d must be positive", c.ScoreBatch)
 	case c.PrefillBatch < 0:
 		return fmt.Errorf("engine config: prefill batch %d is negative", c.PrefillBatch)
+	case c.PrefixCacheMB < 0:
+		return fmt.Errorf("engine config: prefix cache %d MB is negative", c.PrefixCacheMB)
 	case c.Decoder != "" && c.Decoder != DecoderCPU && c.Decoder != DecoderGoMLX:
 		return fmt.Errorf("engine config: decoder %q: want %q, %q or empty", c.Decoder, DecoderCPU, DecoderGoMLX)
 	}
@@ -181,7 +188,7 @@ func NewEngine(m *Model, tok *Tokenizer, cfg EngineConfig, logger *slog.Logger) 
 	}
 	e := &Engine{
 		m: m, tok: tok, cfg: cfg, maxSeq: maxSeq, log: logger, met: met,
-		dec:   newDecoder(m, cfg.Decoder),
+		dec:   newDecoder(m, cfg.Decoder, cfg.PrefixCacheMB<<20),
 		chat:  chat,
 		queue: make(chan *job, cfg.QueueSize),
 		done:  make(chan struct{}),
@@ -198,13 +205,16 @@ const (
 	DecoderGoMLX = "gomlx"
 )
 
-// newDecoder returns the decoder named by name (see EngineConfig.Decoder).
-func newDecoder(m *Model, name string) decoder {
+// newDecoder returns the decoder named by name (see EngineConfig.Decoder),
+// keeping up to prefixBytes of finished sequences where it can.
+func newDecoder(m *Model, name string, prefixBytes int) decoder {
 	if name == "" {
 		name = m.DefaultDecoder()
 	}
 	if name == DecoderCPU {
-		return newCPUDecoder(m)
+		d := newCPUDecoder(m)
+		d.prefixes = newPrefixStore(prefixBytes)
+		return d
 	}
 	return newGomlxDecoder(m)
 }
@@ -451,10 +461,11 @@ func (e *Engine) prefill(slots []*slot, pending []*job) {
 			news[i] = &slot{job: j, samp: newSampler(j.req, j.req.Seed), pos: len(j.req.Prompt)}
 			slots[rows[i]] = news[i]
 		}
-		logits, err := e.dec.prefill(rows, prompts)
+		logits, reused, err := e.dec.prefill(rows, prompts)
 		if err != nil {
 			e.log.Error("prefill failed", "err", err)
 		}
+		e.met.reused(reused)
 		v := e.m.cfg.VocabSize
 		for i, s := range news {
 			if err != nil {
@@ -464,6 +475,7 @@ func (e *Engine) prefill(slots []*slot, pending []*job) {
 			}
 			e.met.prefilled(len(s.job.req.Prompt))
 			if e.accept(s, s.samp.sample(logits[i*v:(i+1)*v])) {
+				e.keep(rows[i], s)
 				slots[rows[i]] = nil
 			}
 		}
@@ -499,10 +511,20 @@ func (e *Engine) step(slots []*slot) error {
 		}
 		s.pos++
 		if e.accept(s, s.samp.sample(logits[i*v:(i+1)*v])) {
+			e.keep(i, s)
 			slots[i] = nil
 		}
 	}
 	return nil
+}
+
+// keep offers the decoder the positions of row that the finished s wrote:
+// its prompt and the tokens fed after it.
+func (e *Engine) keep(row int, s *slot) {
+	toks := make([]int, 0, s.pos)
+	toks = append(toks, s.job.req.Prompt...)
+	toks = append(toks, s.out...)
+	e.dec.keep(row, toks[:s.pos])
 }
 
 // layout makes the decoder's cache fit the active slots plus pending jobs:

@@ -23,8 +23,13 @@ type decoder interface {
 	resize(src []int, rows, length int) error
 	// prefill runs each prompt (at most length tokens) into its row at
 	// positions 0..len(prompt)-1 and returns the logits of the token after
-	// each prompt [len(rows) × V]. Rows must be distinct.
-	prefill(rows []int, prompts [][]int) ([]float32, error)
+	// each prompt [len(rows) × V], and how many of the prompts' positions
+	// were copied from kept sequences instead of run. Rows must be
+	// distinct.
+	prefill(rows []int, prompts [][]int) (logits []float32, reused int, err error)
+	// keep offers the first len(toks) positions of row, which hold toks, to
+	// later prefills whose prompts start with them; a decoder may ignore it.
+	keep(row int, toks []int)
 	// step feeds tokens[i] at positions[i] to every row with active[i] and
 	// returns the logits [rows × V]; the cache of inactive rows is left
 	// unchanged and their logits are meaningless.
@@ -172,7 +177,15 @@ func resizeGraph(idx *graph.Node, caches []*graph.Node, length int) []*graph.Nod
 	return out
 }
 
-func (d *gomlxDecoder) prefill(rows []int, prompts [][]int) ([]float32, error) {
+// keep is a no-op: the GoMLX decoder prefills whole prompts.
+func (d *gomlxDecoder) keep(int, []int) {}
+
+func (d *gomlxDecoder) prefill(rows []int, prompts [][]int) ([]float32, int, error) {
+	logits, err := d.prefillAll(rows, prompts)
+	return logits, 0, err
+}
+
+func (d *gomlxDecoder) prefillAll(rows []int, prompts [][]int) ([]float32, error) {
 	if len(rows) != len(prompts) || len(rows) == 0 {
 		return nil, fmt.Errorf("prefill %d prompts into %d rows", len(prompts), len(rows))
 	}

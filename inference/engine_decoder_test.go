@@ -43,7 +43,7 @@ func testDecoderMatchesFullForward(t *testing.T, name string) {
 	m := newTinyModel(t, 3)
 	V := m.Config().VocabSize
 	rng := rand.New(rand.NewPCG(5, 6))
-	dec := newDecoder(m, name)
+	dec := newDecoder(m, name, 0)
 	defer dec.close()
 	if err := dec.resize([]int{-1, -1, -1, -1}, 4, 32); err != nil {
 		t.Fatal(err)
@@ -67,7 +67,7 @@ func testDecoderMatchesFullForward(t *testing.T, name string) {
 	}
 	// One batched prefill of prompts of different lengths, given out of
 	// row order.
-	logits, err := dec.prefill([]int{0, 2, 1}, [][]int{seqs[0], seqs[2], seqs[1]})
+	logits, _, err := dec.prefill([]int{0, 2, 1}, [][]int{seqs[0], seqs[2], seqs[1]})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -73,7 +73,7 @@ func decodeLogits(t *testing.T, m *Model) ([]float32, *cpuDecoder) {
 		t.Fatal(err)
 	}
 	prompts := [][]int{{1, 5, 9, 2, 33}, {7, 7, 12, 3, 0, 39}, {11, 2, 8, 30, 21, 4, 6}}
-	all, err := d.prefill([]int{0, 1, 2}, prompts)
+	all, _, err := d.prefill([]int{0, 1, 2}, prompts)
 	if err != nil {
 		t.Fatal(err)
 	}

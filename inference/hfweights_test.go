@@ -133,13 +133,13 @@ func TestOpenWeightsMatchesReference(t *testing.T) {
 				t.Errorf("DefaultDecoder() = %q; want %q", got, DecoderCPU)
 			}
 			for _, name := range []string{DecoderGoMLX, DecoderCPU} {
-				dec := newDecoder(m, name)
+				dec := newDecoder(m, name, 0)
 				defer dec.close()
 				if err := dec.resize([]int{-1}, 1, 16); err != nil {
 					t.Fatal(err)
 				}
 				const prompt = 5
-				logits, err := dec.prefill([]int{0}, [][]int{ref.Tokens[:prompt]})
+				logits, _, err := dec.prefill([]int{0}, [][]int{ref.Tokens[:prompt]})
 				if err != nil {
 					t.Fatal(err)
 				}

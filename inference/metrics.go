@@ -24,6 +24,7 @@ type engineMetrics struct {
 	batchSize    metric.Int64Histogram
 	tokens       metric.Int64Counter
 	promptTokens metric.Int64Counter
+	reusedTokens metric.Int64Counter
 	requests     metric.Int64Counter
 	ttft         metric.Float64Histogram
 	tokenLatency metric.Float64Histogram
@@ -53,6 +54,10 @@ func newEngineMetrics(meter metric.Meter, version string, kvCapacity int) (*engi
 	add(err)
 	em.promptTokens, err = meter.Int64Counter("parley.inference.prompt_tokens",
 		metric.WithDescription("Prompt tokens prefilled."), metric.WithUnit("{token}"))
+	add(err)
+	em.reusedTokens, err = meter.Int64Counter("parley.inference.prompt_tokens_reused",
+		metric.WithDescription("Prompt tokens whose keys and values were copied from a kept sequence instead of run (a subset of prompt_tokens)."),
+		metric.WithUnit("{token}"))
 	add(err)
 	em.requests, err = meter.Int64Counter("parley.inference.requests",
 		metric.WithDescription("Finished generations by finish reason."))
@@ -120,6 +125,12 @@ func (em *engineMetrics) generated(tokens int) {
 
 func (em *engineMetrics) prefilled(tokens int) {
 	em.promptTokens.Add(context.Background(), int64(tokens), em.labels)
+}
+
+func (em *engineMetrics) reused(tokens int) {
+	if tokens > 0 {
+		em.reusedTokens.Add(context.Background(), int64(tokens), em.labels)
+	}
 }
 
 func (em *engineMetrics) close() {

@@ -28,7 +28,7 @@ func newBenchCmd() *cobra.Command {
 		Long: `Benchmarks print a table and write their numbers as JSON (--out). Compare as ratios
 within one run: these machines are shared and noisy.`,
 	}
-	cmd.AddCommand(newBenchInferenceCmd(), newBenchTrainCmd(), newBenchGatewayCmd(), newBenchRolloutCmd(), newBenchSoakCmd(), newBenchSummaryCmd(),
+	cmd.AddCommand(newBenchInferenceCmd(), newBenchTurnsCmd(), newBenchTrainCmd(), newBenchGatewayCmd(), newBenchRolloutCmd(), newBenchSoakCmd(), newBenchSummaryCmd(),
 		newBenchBrokerCmd(), newBenchABCmd())
 	return cmd
 }
@@ -268,6 +268,32 @@ func newBenchInferenceCmd() *cobra.Command {
 	f.IntVar(&cfg.TrainSteps, "train-steps", cfg.TrainSteps, "GoMLX training steps timed (0 skips them; see bench train)")
 	f.Float64Var(&cfg.SgemmFLOPS, "sgemm-flops", cfg.SgemmFLOPS, "the machine's float32 matmul ceiling in FLOP/s (default: measured in the run with --ceiling-tool)")
 	ceilingToolFlag(f, &cfg.CeilingTool)
+	f.StringVar(&out, "out", "", "write the report as JSON to this file")
+	return cmd
+}
+
+func newBenchTurnsCmd() *cobra.Command {
+	cfg := bench.DefaultTurnsConfig()
+	var out string
+	cmd := &cobra.Command{
+		Use:   "turns [--checkpoint DIR] [--out FILE.json]",
+		Short: "Exchange latency of concurrent conversations: prefilling every prompt whole vs keeping finished sequences",
+		Long: `Players hold conversations with one engine at the same time, each turn's prompt the last one
+plus the reply and the player's next line, behind a persona card they share. The same
+conversations run on an engine that prefills every prompt whole and on one that keeps finished
+sequences' keys and values (--prefix-cache-mb), in --rounds interleaved rounds; the report gives
+the medians of each engine's exchange latency p50 and p95 and their ratios.`,
+		Args: cobra.NoArgs,
+		RunE: runReport(&cfg, &out, bench.RunTurns),
+	}
+	backendFlags(cmd.Flags(), &cfg.Backend)
+	f := cmd.Flags()
+	f.StringVar(&cfg.Checkpoint, "checkpoint", "", "registry version directory to serve (default: a random model of the default size)")
+	f.IntSliceVar(&cfg.Players, "players", cfg.Players, "numbers of concurrent players")
+	f.IntVar(&cfg.Turns, "turns", cfg.Turns, "turns per conversation")
+	f.DurationVar(&cfg.Think, "think", cfg.Think, "the most a player waits between a reply and its next line")
+	f.IntVar(&cfg.PrefixCacheMB, "prefix-cache-mb", cfg.PrefixCacheMB, "kept-sequence memory of the compared engine")
+	f.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "interleaved rounds (the report gives medians)")
 	f.StringVar(&out, "out", "", "write the report as JSON to this file")
 	return cmd
 }
