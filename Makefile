@@ -105,6 +105,7 @@ fuzz:
 bench: build
 	mkdir -p $(BENCH_DIR)
 	bin/parley bench inference --out $(BENCH_DIR)/inference.json
+	bin/parley bench turns --out $(BENCH_DIR)/turns.json
 	bin/parley bench train --out $(BENCH_DIR)/train.json
 	bin/parley bench ab --out $(BENCH_DIR)/ab.json
 	scripts/with-redis.sh sh -c 'bin/parley bench gateway --redis-addr $$REDIS_ADDR --out $(BENCH_DIR)/gateway.json && \

@@ -181,16 +181,11 @@ func resizeGraph(idx *graph.Node, caches []*graph.Node, length int) []*graph.Nod
 func (d *gomlxDecoder) keep(int, []int) {}
 
 func (d *gomlxDecoder) prefill(rows []int, prompts [][]int) ([]float32, int, error) {
-	logits, err := d.prefillAll(rows, prompts)
-	return logits, 0, err
-}
-
-func (d *gomlxDecoder) prefillAll(rows []int, prompts [][]int) ([]float32, error) {
 	if len(rows) != len(prompts) || len(rows) == 0 {
-		return nil, fmt.Errorf("prefill %d prompts into %d rows", len(prompts), len(rows))
+		return nil, 0, fmt.Errorf("prefill %d prompts into %d rows", len(prompts), len(rows))
 	}
 	if d.cache == nil {
-		return nil, errors.New("prefill: no cache laid out")
+		return nil, 0, errors.New("prefill: no cache laid out")
 	}
 	// Batch shapes are bucketed to powers of two; extra prompts are one
 	// padding token written nowhere.
@@ -203,10 +198,10 @@ func (d *gomlxDecoder) prefillAll(rows []int, prompts [][]int) ([]float32, error
 	}
 	for j, r := range rows {
 		if r < 0 || r >= d.rows || write[r] {
-			return nil, fmt.Errorf("prefill into row %d of %d (twice or out of range)", r, d.rows)
+			return nil, 0, fmt.Errorf("prefill into row %d of %d (twice or out of range)", r, d.rows)
 		}
 		if len(prompts[j]) == 0 || len(prompts[j]) > d.length {
-			return nil, fmt.Errorf("prefill %d tokens into a cache of %d: %w", len(prompts[j]), d.length, ErrTooLong)
+			return nil, 0, fmt.Errorf("prefill %d tokens into a cache of %d: %w", len(prompts[j]), d.length, ErrTooLong)
 		}
 		src[r], write[r], seqs[j] = int32(j), true, prompts[j]
 	}
@@ -217,7 +212,7 @@ func (d *gomlxDecoder) prefillAll(rows []int, prompts [][]int) ([]float32, error
 		})
 		if err != nil {
 			d.mu.Unlock()
-			return nil, fmt.Errorf("build prefill graph: %w", err)
+			return nil, 0, fmt.Errorf("build prefill graph: %w", err)
 		}
 		d.prefillFn = e
 	}
@@ -225,7 +220,7 @@ func (d *gomlxDecoder) prefillAll(rows []int, prompts [][]int) ([]float32, error
 	d.mu.Unlock()
 	tok, last, err := padBatch(seqs, d.length)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	args := make([]any, 0, 4+len(d.cache))
 	args = append(args, tok, last,
@@ -233,19 +228,19 @@ func (d *gomlxDecoder) prefillAll(rows []int, prompts [][]int) ([]float32, error
 		tensors.FromFlatDataAndDimensions(write, d.rows))
 	args, err = d.appendDonatedCache(args)
 	if err != nil {
-		return nil, fmt.Errorf("prefill: %w", err)
+		return nil, 0, fmt.Errorf("prefill: %w", err)
 	}
 	out, err := e.Exec(args...)
 	if err != nil {
-		return nil, fmt.Errorf("prefill: %w", err)
+		return nil, 0, fmt.Errorf("prefill: %w", err)
 	}
 	d.cache = out[1:]
 	logits, err := tensors.CopyFlatData[float32](out[0])
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	_ = out[0].FinalizeAll()
-	return logits[:len(rows)*d.m.cfg.VocabSize], nil
+	return logits[:len(rows)*d.m.cfg.VocabSize], 0, nil
 }
 
 // prefillGraph runs the right-padded prompts tokens [k, P] through the

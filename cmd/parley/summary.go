@@ -47,6 +47,16 @@ func writeBenchSummary(w io.Writer, dir string) error {
 		}
 		fmt.Fprintf(tw, "inference\tbatch-32 / batch-1\t%.1f×\n", inf.Batch32Speedup)
 	}
+	var turns bench.TurnsReport
+	if ok, err := readReport(dir, "turns.json", &turns); err != nil {
+		return err
+	} else if ok {
+		found++
+		for _, p := range turns.Points {
+			fmt.Fprintf(tw, "turns\t%d players: exchange p95 whole prompts / kept prefixes\t%.0f / %.0f ms (%.2f×)\n",
+				p.Players, p.Whole.Latency.P95, p.Kept.Latency.P95, p.P95Ratio)
+		}
+	}
 	var tr bench.TrainReport
 	if ok, err := readReport(dir, "train.json", &tr); err != nil {
 		return err
