@@ -532,6 +532,16 @@ func TestCPUDecoderFollowsTraining(t *testing.T) {
 	p.resize([]int{-1, -1}, 2, 32)
 	prompt := repeatedText(10)
 	before := p.prefill([]int{0}, [][]int{prompt})
+	trainOneStep(t, m)
+	after := p.prefill([]int{1}, [][]int{prompt}) // compares with gomlx
+	if d := maxAbsDiff(before, after); d < 1e-3 {
+		t.Fatalf("logits moved by %g after a training step; want a visible change", d)
+	}
+}
+
+// trainOneStep changes m's weights in place with one GoMLX training step.
+func trainOneStep(t *testing.T, m *Model) {
+	t.Helper()
 	tc := DefaultTrainConfig()
 	tc.LearningRate = 1e-2
 	tr, err := NewTrainer(m, tc)
@@ -540,10 +550,6 @@ func TestCPUDecoderFollowsTraining(t *testing.T) {
 	}
 	if _, err := tr.Step(Batch{Tokens: [][]int{repeatedText(20)}}); err != nil {
 		t.Fatal(err)
-	}
-	after := p.prefill([]int{1}, [][]int{prompt}) // compares with gomlx
-	if d := maxAbsDiff(before, after); d < 1e-3 {
-		t.Fatalf("logits moved by %g after a training step; want a visible change", d)
 	}
 }
 

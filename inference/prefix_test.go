@@ -64,15 +64,7 @@ func TestPrefixStoreDropsStaleWeights(t *testing.T) {
 	prompt := repeatedText(30)
 	p.prefill([]int{0}, [][]int{prompt})
 	p.cpu.keep(0, prompt)
-	tc := DefaultTrainConfig()
-	tc.LearningRate = 1e-2
-	tr, err := NewTrainer(m, tc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tr.Step(Batch{Tokens: [][]int{repeatedText(20)}}); err != nil {
-		t.Fatal(err)
-	}
+	trainOneStep(t, m)
 	p.prefill([]int{1}, [][]int{append(slices.Clone(prompt), 4, 4)}) // compares with gomlx
 	if p.reused != 0 {
 		t.Fatalf("prefill after a training step reused %d positions; want 0", p.reused)
