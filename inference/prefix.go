@@ -19,9 +19,10 @@ type prefixStore struct {
 	entries    []*prefixEntry
 }
 
-// prefixEntry is one kept sequence: per layer, per key/value head, the key
-// tiles of its positions (cacheSlot(len(toks), hd) floats) followed, in v,
-// by its values (len(toks)·hd floats), as a cache row holds them.
+// prefixEntry is one kept sequence. Per layer l, k[l] holds for each
+// key/value head the key tiles of its positions (cacheSlot(len(toks), hd)
+// floats) and v[l] its values (len(toks)·hd floats), laid out as a cache
+// row holds them.
 type prefixEntry struct {
 	toks []int
 	k, v [][]float32

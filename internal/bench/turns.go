@@ -77,7 +77,9 @@ func (c TurnsConfig) longest() int {
 
 // TurnsReport is what RunTurns measured: per player count, the exchange
 // latency (Generate to the last token) of the engine that prefills whole
-// prompts and of the one that keeps sequences, medians over the rounds.
+// prompts and of the one that keeps sequences. Points hold the medians over
+// the rounds of the p50, the p95, the reused share and the ratios; Rounds
+// each round's figures.
 type TurnsReport struct {
 	Config TurnsConfig    `json:"config"`
 	Params int            `json:"params"`
@@ -165,16 +167,19 @@ func RunTurns(ctx context.Context, cfg TurnsConfig, w io.Writer) (TurnsReport, e
 			}
 			return median(xs)
 		}
+		arm := func(of func(TurnsPoint) TurnsArm) TurnsArm {
+			return TurnsArm{
+				Latency: Summary{
+					P50: med(func(p TurnsPoint) float64 { return of(p).Latency.P50 }),
+					P95: med(func(p TurnsPoint) float64 { return of(p).Latency.P95 }),
+				},
+				ReusedShare: med(func(p TurnsPoint) float64 { return of(p).ReusedShare }),
+			}
+		}
 		rep.Points = append(rep.Points, TurnsPoint{
-			Players: n,
-			Whole: TurnsArm{
-				Latency:     Summary{P50: med(func(p TurnsPoint) float64 { return p.Whole.Latency.P50 }), P95: med(func(p TurnsPoint) float64 { return p.Whole.Latency.P95 })},
-				ReusedShare: med(func(p TurnsPoint) float64 { return p.Whole.ReusedShare }),
-			},
-			Kept: TurnsArm{
-				Latency:     Summary{P50: med(func(p TurnsPoint) float64 { return p.Kept.Latency.P50 }), P95: med(func(p TurnsPoint) float64 { return p.Kept.Latency.P95 })},
-				ReusedShare: med(func(p TurnsPoint) float64 { return p.Kept.ReusedShare }),
-			},
+			Players:  n,
+			Whole:    arm(func(p TurnsPoint) TurnsArm { return p.Whole }),
+			Kept:     arm(func(p TurnsPoint) TurnsArm { return p.Kept }),
 			P50Ratio: med(func(p TurnsPoint) float64 { return p.P50Ratio }),
 			P95Ratio: med(func(p TurnsPoint) float64 { return p.P95Ratio }),
 		})
