@@ -28,7 +28,8 @@ type decoder interface {
 	// distinct.
 	prefill(rows []int, prompts [][]int) (logits []float32, reused int, err error)
 	// keep offers the first len(toks) positions of row, which hold toks, to
-	// later prefills whose prompts start with them; a decoder may ignore it.
+	// later prefills whose prompts start with them; the decoder may hold on
+	// to toks, or ignore the offer.
 	keep(row int, toks []int)
 	// step feeds tokens[i] at positions[i] to every row with active[i] and
 	// returns the logits [rows × V]; the cache of inactive rows is left

@@ -65,28 +65,31 @@ func (s *prefixStore) match(prompt []int) (*prefixEntry, int) {
 	return best, n
 }
 
-// keep adds e, unless its tokens begin a kept entry, drops the entries its
-// tokens extend, and evicts the least recently used beyond the budget.
-func (s *prefixStore) keep(e *prefixEntry) {
+// keep keeps toks with the keys and values kv copies out, unless toks
+// begin a kept entry (kv is then not called), drops the entries toks
+// extend, and evicts the least recently used beyond the budget. The store
+// holds on to toks.
+func (s *prefixStore) keep(toks []int, kv func() (k, v [][]float32)) {
 	s.tick++
-	n := len(e.toks)
+	n := len(toks)
 	for _, o := range s.entries {
-		if len(o.toks) >= n && slices.Equal(o.toks[:n], e.toks) {
+		if len(o.toks) >= n && slices.Equal(o.toks[:n], toks) {
 			o.used = s.tick
 			return
 		}
 	}
 	s.entries = slices.DeleteFunc(s.entries, func(o *prefixEntry) bool {
-		if len(o.toks) < n && slices.Equal(e.toks[:len(o.toks)], o.toks) {
+		if len(o.toks) < n && slices.Equal(toks[:len(o.toks)], o.toks) {
 			s.bytes -= o.size()
 			return true
 		}
 		return false
 	})
+	e := &prefixEntry{toks: toks, used: s.tick}
+	e.k, e.v = kv()
 	if e.size() > s.max {
 		return
 	}
-	e.used = s.tick
 	s.entries = append(s.entries, e)
 	s.bytes += e.size()
 	for s.bytes > s.max {
@@ -117,25 +120,28 @@ func (e *prefixEntry) size() int {
 	return 4*n + 8*len(e.toks)
 }
 
-// keep copies the first len(toks) positions of cache row r, which hold
-// toks, into the decoder's prefix store.
+// keep offers the first len(toks) positions of cache row r, which hold
+// toks, to the decoder's prefix store, which copies them unless it holds
+// them already and keeps toks itself.
 func (d *cpuDecoder) keep(r int, toks []int) {
 	n := len(toks)
 	if d.prefixes == nil || n < minPrefix || n > d.length || d.k == nil {
 		return
 	}
-	hd, kv := d.cfg.HeadDim(), d.cfg.KVHeadCount()
-	slot, ks := cacheSlot(d.length, hd), cacheSlot(n, hd)
-	e := &prefixEntry{toks: slices.Clone(toks), k: make([][]float32, d.cfg.Layers), v: make([][]float32, d.cfg.Layers)}
-	for l := range d.cfg.Layers {
-		e.k[l], e.v[l] = make([]float32, kv*ks), make([]float32, kv*n*hd)
-		for h := range kv {
-			from := (r*kv + h) * slot
-			copy(e.k[l][h*ks:(h+1)*ks], d.k[l][from:from+ks])
-			copy(e.v[l][h*n*hd:(h+1)*n*hd], d.v[l][from:from+n*hd])
+	d.prefixes.keep(toks, func() (k, v [][]float32) {
+		hd, kv := d.cfg.HeadDim(), d.cfg.KVHeadCount()
+		slot, ks := cacheSlot(d.length, hd), cacheSlot(n, hd)
+		k, v = make([][]float32, d.cfg.Layers), make([][]float32, d.cfg.Layers)
+		for l := range d.cfg.Layers {
+			k[l], v[l] = make([]float32, kv*ks), make([]float32, kv*n*hd)
+			for h := range kv {
+				from := (r*kv + h) * slot
+				copy(k[l][h*ks:(h+1)*ks], d.k[l][from:from+ks])
+				copy(v[l][h*n*hd:(h+1)*n*hd], d.v[l][from:from+n*hd])
+			}
 		}
-	}
-	d.prefixes.keep(e)
+		return k, v
+	})
 }
 
 // loadRow copies the first n positions of e into cache row r.

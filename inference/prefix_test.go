@@ -73,25 +73,34 @@ func TestPrefixStoreDropsStaleWeights(t *testing.T) {
 
 // TestPrefixStoreBudget checks what the store keeps: an entry whose tokens
 // begin a newer one gives way to it, a sequence already kept is not kept
-// twice, and beyond the budget the least recently matched goes first.
+// twice (nor copied), and beyond the budget the least recently matched goes
+// first.
 func TestPrefixStoreBudget(t *testing.T) {
-	entry := func(toks ...int) *prefixEntry {
-		return &prefixEntry{toks: toks, k: [][]float32{make([]float32, 100)}, v: [][]float32{make([]float32, 100)}}
+	copies := 0
+	kv := func() (k, v [][]float32) {
+		copies++
+		return [][]float32{make([]float32, 100)}, [][]float32{make([]float32, 100)}
 	}
-	size := entry(1).size() // 808 bytes for one token
+	k, v := kv()
+	copies = 0
+	size := (&prefixEntry{toks: []int{1}, k: k, v: v}).size() // 808 bytes for one token
 	s := newPrefixStore(3*size + 50)
-	s.keep(entry(1, 2))
-	s.keep(entry(1, 2, 3)) // extends the first
-	s.keep(entry(1, 2))    // begins the second
+	keep := func(toks ...int) { s.keep(toks, kv) }
+	keep(1, 2)
+	keep(1, 2, 3) // extends the first
+	keep(1, 2)    // begins the second
 	if len(s.entries) != 1 || len(s.entries[0].toks) != 3 {
 		t.Fatalf("entries %v; want only [1 2 3]", tokensOf(s))
 	}
-	s.keep(entry(5))
-	s.keep(entry(6))
+	if copies != 2 {
+		t.Fatalf("%d copies of keys and values for 3 sequences, one already kept; want 2", copies)
+	}
+	keep(5)
+	keep(6)
 	if e, n := s.match([]int{1, 2, 3, 4}); e == nil || n != 3 {
 		t.Fatalf("match of [1 2 3 4]: %d positions; want 3", n)
 	}
-	s.keep(entry(7)) // over budget: [5] was matched least recently
+	keep(7) // over budget: [5] was matched least recently
 	if got := tokensOf(s); !slices.EqualFunc(got, [][]int{{1, 2, 3}, {6}, {7}}, slices.Equal) {
 		t.Fatalf("entries %v; want [[1 2 3] [6] [7]]", got)
 	}
