@@ -50,6 +50,19 @@ func TestDecide(t *testing.T) {
 			}
 		}
 	}
+	// slowed makes the exchanges of canary session i three times slower
+	// where when(i).
+	slowed := func(when func(i int) bool) func(string, int, *Session) {
+		return onCanary(func(i int, s *Session) {
+			if when(i) {
+				for k := range s.Exchanges {
+					s.Exchanges[k].LatencyMS *= 3
+				}
+			}
+		})
+	}
+	// A burst: two minutes of the ten (sessions end two seconds apart).
+	inBurst := func(i int) bool { return i >= 100 && i < 160 }
 	guard := DefaultGuardrailConfig()
 	promoting := guard
 	promoting.AutoPromote = true
@@ -71,38 +84,16 @@ func TestDecide(t *testing.T) {
 				s.Reason = schema.EndError
 			}
 		})), promoting, Rollback, "error_rate"},
-		{"p95 latency", population(300, inWindow, same, onCanary(func(i int, s *Session) {
-			for k := range s.Exchanges {
-				s.Exchanges[k].LatencyMS *= 3
-			}
-		})), guard, Rollback, "slow_exchange_rate"},
+		{"p95 latency", population(300, inWindow, same, slowed(func(int) bool { return true })), guard, Rollback, "slow_exchange_rate"},
 		// Two minutes of ten in which every canary exchange is slow, as when
 		// a burst of players queues on the canary's engine: a fifth of the
 		// canary's players, but 12 of its 60 blocks of time, too few to show
 		// that the canary is slower beyond the allowance.
-		{"a burst of slow exchanges", population(300, inWindow, same, onCanary(func(i int, s *Session) {
-			if i >= 100 && i < 160 {
-				for k := range s.Exchanges {
-					s.Exchanges[k].LatencyMS *= 3
-				}
-			}
-		})), guard, Hold, ""},
+		{"a burst of slow exchanges", population(300, inWindow, same, slowed(inBurst)), guard, Hold, ""},
 		// The same burst on a canary that is better: not proven slower, but
 		// slower than the allowance allows, so not promoted either.
-		{"better, with a burst of slow exchanges", population(300, inWindow, better, onCanary(func(i int, s *Session) {
-			if i >= 100 && i < 160 {
-				for k := range s.Exchanges {
-					s.Exchanges[k].LatencyMS *= 3
-				}
-			}
-		})), promoting, Hold, ""},
-		{"a quarter of the canary's exchanges slow all along", population(300, inWindow, same, onCanary(func(i int, s *Session) {
-			if i%4 == 0 {
-				for k := range s.Exchanges {
-					s.Exchanges[k].LatencyMS *= 3
-				}
-			}
-		})), guard, Rollback, "slow_exchange_rate"},
+		{"better, with a burst of slow exchanges", population(300, inWindow, better, slowed(inBurst)), promoting, Hold, ""},
+		{"a quarter of the canary's exchanges slow all along", population(300, inWindow, same, slowed(func(i int) bool { return i%4 == 0 })), guard, Rollback, "slow_exchange_rate"},
 		{"early termination", population(300, inWindow, same, onCanary(func(i int, s *Session) {
 			if i%4 == 0 {
 				s.Turns, s.Exchanges = 1, s.Exchanges[:1]

@@ -305,7 +305,7 @@ func Fold(sessions []Session, pre map[string]float64, slowMS float64) Tally {
 		arm string
 		at  int64
 	}
-	blocks := map[block]*[2]int{} // exchanges, slow
+	blocks := map[block][2]int{} // exchanges, slow
 	for _, s := range sessions {
 		a := t.Arm(s.Arm)
 		if a == nil {
@@ -332,14 +332,11 @@ func Fold(sessions []Session, pre map[string]float64, slowMS float64) Tally {
 			}
 			b := block{s.Arm, e.At.Unix() / int64(SlowBlock/time.Second)}
 			n := blocks[b]
-			if n == nil {
-				n = new([2]int)
-				blocks[b] = n
-			}
 			n[0]++
 			if slowMS > 0 && float64(e.LatencyMS) > slowMS {
 				n[1]++
 			}
+			blocks[b] = n
 			a.Latencies = append(a.Latencies, float64(e.LatencyMS))
 		}
 		if !s.Done() {
