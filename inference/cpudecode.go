@@ -441,22 +441,20 @@ func matmul(pool *cpuPool, y, x []float32, m *cpuMatrix, n int, add bool) {
 	})
 }
 
-// partRows is the fewest tokens of a decode step that forward gives a
-// core of their own.
-const partRows = 8
-
 // forward feeds token toks[j] at position pos[j] of cache row rows[j],
 // writing its key and value into the cache, and puts into logits [len(sel),
 // V] the next-token logits after tokens sel. Tokens of one row must come in
 // position order; each attends to the cache up to its own position, so the
 // tokens of a prompt can be fed together.
 //
-// A decode step of partRows tokens a core or more, each token in a row of
-// its own and every token's logits wanted, is split into parts of whole
-// tokens that run the entire forward on a core each: the tokens do not
-// read each other's keys, so the cores meet once per step instead of at
-// every matmul and attention of every layer (25 times at four layers),
-// where the hand-offs leave the second core mostly idle. A part holds a
+// A decode step of two tokens or more, each token in a row of its own and
+// every token's logits wanted, is split into parts of whole tokens that
+// run the entire forward on a core each: the tokens do not read each
+// other's keys, so the cores meet once per step instead of at every matmul
+// and attention of every layer (25 times at four layers), where the
+// hand-offs leave the second core mostly idle. Even one token a part pays:
+// a serving engine's steps mostly hold two to eight sequences, whose
+// attention over their own keys runs on one core otherwise. A part holds a
 // core for the whole step, though, and on a machine whose cores other
 // processes keep busy the step then waits for a helper that was
 // descheduled: where a split step took longer than its fastest part
@@ -466,7 +464,7 @@ func (d *cpuDecoder) forward(toks, rows, pos, sel []int, logits []float32) {
 	n := len(toks)
 	parts := 1
 	if d.pool != nil && n > 0 && len(sel) == n && sel[n-1] == n-1 {
-		parts = min(d.pool.helpers+1, n/partRows)
+		parts = min(d.pool.helpers+1, n)
 	}
 	for j := 1; j < n && parts > 1; j++ {
 		if rows[j] <= rows[j-1] {

@@ -470,8 +470,8 @@ func runDecoderParity(t *testing.T, m *Model, rng *rand.Rand) {
 }
 
 // TestCPUDecoderSplitStepMatchesGoMLX checks the decode steps that forward
-// splits into parts of whole rows, one per core (partRows rows a part or
-// more): a full batch, then one with inactive rows, each part's logits in
+// splits into parts of whole rows, one per core (five rows in two parts of
+// three and two): a full batch, then one with inactive rows, each part's logits in
 // its rows, against GoMLX.
 func TestCPUDecoderSplitStepMatchesGoMLX(t *testing.T) {
 	for _, tc := range []struct {
@@ -492,7 +492,7 @@ func TestCPUDecoderSplitStepMatchesGoMLX(t *testing.T) {
 				// A helper even where GOMAXPROCS is 1, so the step splits.
 				cpu.pool = newCPUPool(1)
 				rng := rand.New(rand.NewPCG(5, 6))
-				const rows = 2*partRows + 3
+				const rows = 5
 				src, ids, prompts := make([]int, rows), make([]int, rows), make([][]int, rows)
 				for r := range rows {
 					src[r], ids[r], prompts[r] = -1, r, make([]int, 1+rng.IntN(20))
