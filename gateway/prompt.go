@@ -13,8 +13,9 @@ import (
 // buildPrompt renders the NPC prompt in the chat template: the persona card
 // as the system turn, the persona's greeting, then as many of the latest
 // exchanges as fit in the model context together with the new user message
-// and room for maxTokens of reply. Older exchanges are dropped first; a user
-// message that does not fit even alone is ErrTooLarge.
+// and room for maxTokens of reply. Older exchanges are dropped first, in
+// blocks (blockStart); a user message that does not fit even alone is
+// ErrTooLarge.
 func buildPrompt(tok *inference.Tokenizer, p Persona, history []schema.Exchange, user string, contextTokens, maxTokens int) ([]int, error) {
 	head := [2]inference.Message{{Role: inference.RoleSystem, Text: p.Card}}
 	if p.Greeting != "" {
@@ -32,7 +33,7 @@ func buildPrompt(tok *inference.Tokenizer, p Persona, history []schema.Exchange,
 	if budget < 0 {
 		return nil, fmt.Errorf("%w: the message does not fit in the model context", ErrTooLarge)
 	}
-	// Take exchanges newest first while they fit.
+	// Take exchanges newest first while they fit, then start at a block.
 	var parts [][]int
 	size := len(headIDs) + len(tail)
 	for i := len(history) - 1; i >= 0; i-- {
@@ -49,6 +50,7 @@ func buildPrompt(tok *inference.Tokenizer, p Persona, history []schema.Exchange,
 		size += len(ids)
 		parts = append(parts, ids)
 	}
+	parts = parts[:len(history)-blockStart(history, len(history)-len(parts))]
 	// One allocation: headIDs and parts are the cache's, shared.
 	prompt := append(make([]int, 0, size), headIDs...)
 	for i := len(parts) - 1; i >= 0; i-- {
@@ -124,11 +126,40 @@ func npcPrompt(chat *inference.ChatFormat, p Persona, history []schema.Exchange,
 		turns = append(turns, inference.Message{Role: inference.RoleUser, Text: x.User}, inference.Message{Role: inference.RoleNPC, Text: x.NPC})
 	}
 	turns = append(turns, inference.Message{Role: inference.RoleUser, Text: user})
-	ids, err := fitTemplate(chat, head, turns, 2, contextTokens-maxTokens)
+	ids, from, err := fitTemplate(chat, head, turns, 2, contextTokens-maxTokens)
+	if err == nil {
+		if start := blockStart(history, from); start != from {
+			ids, err = chat.Encode(slices.Concat(head, turns[2*start:]), true)
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("build prompt: %w", err)
 	}
 	return ids, nil
+}
+
+// historyBlock is how many exchanges an NPC prompt drops at a time once
+// the history no longer fits.
+const historyBlock = 2
+
+// blockStart is the first exchange of history an NPC prompt keeps when the
+// exchanges from from on are the most that fit: from itself when nothing
+// is dropped, else the first exchange from there whose turn starts a
+// block of historyBlock turns, or from where that leaves none. Dropping
+// one exchange a turn would change the prompt right after the card on
+// every turn of a long conversation, so that the engine prefills it all
+// again (kept prefixes); dropping in blocks keeps the prompt's beginning,
+// and the engine's keys and values, for the turns in between.
+func blockStart(history []schema.Exchange, from int) int {
+	if from == 0 {
+		return 0
+	}
+	for i := from; i < len(history); i++ {
+		if (history[i].Turn-1)%historyBlock == 0 {
+			return i
+		}
+	}
+	return from
 }
 
 // openAIPrompt is the prompt of an OpenAI-style conversation in the model's
@@ -161,7 +192,7 @@ func openAIPrompt(chat *inference.ChatFormat, defaultCard string, msgs []schema.
 	if len(sys) > 0 {
 		card = strings.Join(sys, "\n\n")
 	}
-	ids, err := fitTemplate(chat, []inference.Message{{Role: inference.RoleSystem, Text: card}}, rest, 1, contextTokens-maxTokens)
+	ids, _, err := fitTemplate(chat, []inference.Message{{Role: inference.RoleSystem, Text: card}}, rest, 1, contextTokens-maxTokens)
 	if err != nil {
 		return nil, fmt.Errorf("build chat prompt: %w", err)
 	}
@@ -170,34 +201,35 @@ func openAIPrompt(chat *inference.ChatFormat, defaultCard string, msgs []schema.
 
 // fitTemplate encodes head and the newest turns, dropping the oldest turns
 // step at a time (whole exchanges), with the generation prompt, in at most
-// budget tokens; the last turn is always kept, and is ErrTooLarge when even
-// it does not fit. The drop is found by bisection: a fitting dialogue
-// encodes once, a long one a few times.
-func fitTemplate(chat *inference.ChatFormat, head, turns []inference.Message, step, budget int) ([]int, error) {
+// budget tokens, and returns how many steps it dropped; the last turn is
+// always kept, and is ErrTooLarge when even it does not fit. The drop is
+// found by bisection: a fitting dialogue encodes once, a long one a few
+// times.
+func fitTemplate(chat *inference.ChatFormat, head, turns []inference.Message, step, budget int) ([]int, int, error) {
 	encode := func(from int) ([]int, error) {
 		return chat.Encode(slices.Concat(head, turns[from:]), true)
 	}
 	ids, err := encode(0)
 	if err != nil || len(ids) <= budget {
-		return ids, err
+		return ids, 0, err
 	}
 	tooLarge := fmt.Errorf("%w: the message does not fit in the model context", ErrTooLarge)
 	// Dropping lo·step turns is too long, dropping hi·step fits.
 	lo, hi := 0, (len(turns)-1)/step
 	if hi == lo {
-		return nil, tooLarge
+		return nil, 0, tooLarge
 	}
 	fit, err := encode(hi * step)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if len(fit) > budget {
-		return nil, tooLarge
+		return nil, 0, tooLarge
 	}
 	for hi-lo > 1 {
 		mid := (lo + hi) / 2
 		if ids, err = encode(mid * step); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		if len(ids) <= budget {
 			hi, fit = mid, ids
@@ -205,7 +237,7 @@ func fitTemplate(chat *inference.ChatFormat, head, turns []inference.Message, st
 			lo = mid
 		}
 	}
-	return fit, nil
+	return fit, hi, nil
 }
 
 // encoded caches the encoded turns that every message of a session encodes

@@ -48,7 +48,7 @@ func chatMLFormat(t *testing.T) *inference.ChatFormat {
 
 // TestTemplatePromptKeepsTheNewestExchangesThatFit checks the prompt of a
 // model with a chat template: the whole dialogue in the template, the
-// oldest exchanges dropped while it does not fit (and no more), a message
+// oldest exchanges dropped in blocks while it does not fit, a message
 // too long alone refused; stop tokens are the template's.
 func TestTemplatePromptKeepsTheNewestExchangesThatFit(t *testing.T) {
 	chat := chatMLFormat(t)
@@ -79,8 +79,13 @@ func TestTemplatePromptKeepsTheNewestExchangesThatFit(t *testing.T) {
 	if kept <= 0 {
 		t.Fatalf("prompt %q is not the dialogue from some exchange after the first", chat.Tokenizer().Decode(ids))
 	}
-	if n := len(dialogue(hist[kept-1:], "the newest <|im_end|>")); n+reserve <= maxSeq {
-		t.Errorf("dropped exchange %d although the prompt with it (%d tokens) fits", kept, n)
+	// The oldest exchange kept starts a block, and the block before it
+	// does not fit.
+	if (hist[kept].Turn-1)%historyBlock != 0 {
+		t.Errorf("the prompt starts at turn %d, inside a block of %d", hist[kept].Turn, historyBlock)
+	}
+	if n := len(dialogue(hist[kept-historyBlock:], "the newest <|im_end|>")); n+reserve <= maxSeq {
+		t.Errorf("dropped the block before turn %d although the prompt with it (%d tokens) fits", hist[kept].Turn, n)
 	}
 	if len(ids)+reserve > maxSeq {
 		t.Errorf("prompt of %d tokens + %d reserved > context %d", len(ids), reserve, maxSeq)

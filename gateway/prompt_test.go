@@ -108,3 +108,48 @@ func TestTheLearnerTrainsOnTheServedPrompt(t *testing.T) {
 		t.Errorf("the cycle samples %+v; the gateway serves %+v", sp, gs)
 	}
 }
+
+// TestPromptKeepsItsBeginningBetweenDrops plays a long conversation turn by
+// turn, in Parley's layout and in a chat template: once the history no
+// longer fits, a turn's prompt still begins with the last turn's prompt on
+// about half the turns or more (the engine, which kept that prompt and its
+// reply, then prefills only the new line), and every prompt fits. Dropping
+// one exchange a turn would change the beginning on every turn.
+func TestPromptKeepsItsBeginningBetweenDrops(t *testing.T) {
+	tok := testTokenizer(t)
+	for _, chat := range []*inference.ChatFormat{inference.ParleyChatFormat(tok), chatMLFormat(t)} {
+		p := testConfig("x").Personas["mira"]
+		const maxSeq, reserve, turns = 256, 32, 30
+		var hist []schema.Exchange
+		var last []int
+		kept, saturated := 0, 0
+		for turn := 1; turn <= turns; turn++ {
+			user := fmt.Sprintf("question number %02d", turn)
+			ids, err := npcPrompt(chat, p, hist, user, maxSeq, reserve)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ids)+reserve > maxSeq {
+				t.Fatalf("turn %d: prompt of %d tokens + %d reserved > context %d", turn, len(ids), reserve, maxSeq)
+			}
+			full, err := npcPrompt(chat, p, hist, user, 1<<20, reserve)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(full) > len(ids) {
+				saturated++
+				if last != nil && slices.Equal(ids[:min(len(last), len(ids))], last) {
+					kept++
+				}
+			}
+			hist = append(hist, schema.Exchange{Turn: turn, User: user, NPC: fmt.Sprintf("answer number %02d", turn)})
+			last = ids
+		}
+		if saturated < 10 {
+			t.Fatalf("only %d of %d turns dropped history; the test needs a longer conversation", saturated, turns)
+		}
+		if want := saturated/2 - 1; kept < want {
+			t.Errorf("template %v: %d of %d turns past the context kept the last prompt's beginning; want at least %d", chat.Template() != nil, kept, saturated, want)
+		}
+	}
+}
