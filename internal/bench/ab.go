@@ -357,7 +357,7 @@ func simGuardrails(seed uint64, weight, errorIncrease float64, horizon time.Dura
 		// The product freezes the slow threshold as Update does: stable's
 		// p95 once both arms have the burn-in.
 		if tally.SlowThresholdMS == 0 && tally.Stable.Players >= acfg.SeqMinPlayers && tally.Canary.Players >= acfg.SeqMinPlayers {
-			tally.SlowThresholdMS = abtest.SlowThreshold(stableLatencies)
+			tally.SlowThresholdMS = abtest.SlowThreshold(stableLatencies, acfg.SlowFloorMS)
 			stableLatencies = nil
 		}
 		if tally.SlowThresholdMS > 0 {

@@ -61,6 +61,18 @@ func TestDecide(t *testing.T) {
 			}
 		})
 	}
+	// fast divides every exchange's latency by five (20–29 ms) and the
+	// canary's then multiplies by canaryTimes.
+	fast := func(canaryTimes int64) func(string, int, *Session) {
+		return func(arm string, i int, s *Session) {
+			for k := range s.Exchanges {
+				s.Exchanges[k].LatencyMS /= 5
+				if arm == schema.ArmCanary {
+					s.Exchanges[k].LatencyMS *= canaryTimes
+				}
+			}
+		}
+	}
 	// A burst: two minutes of the ten (sessions end two seconds apart).
 	inBurst := func(i int) bool { return i >= 100 && i < 160 }
 	guard := DefaultGuardrailConfig()
@@ -93,6 +105,10 @@ func TestDecide(t *testing.T) {
 		// The same burst on a canary that is better: not proven slower, but
 		// slower than the allowance allows, so not promoted either.
 		{"better, with a burst of slow exchanges", population(300, inWindow, better, slowed(inBurst)), promoting, Hold, ""},
+		// Three times stable's latency, but faster than players notice
+		// (SlowFloorMS); five times is past it.
+		{"three times as slow, under the floor", population(300, inWindow, same, fast(3)), guard, Hold, ""},
+		{"five times as slow, past the floor", population(300, inWindow, same, fast(5)), guard, Rollback, "slow_exchange_rate"},
 		{"a quarter of the canary's exchanges slow all along", population(300, inWindow, same, slowed(func(i int) bool { return i%4 == 0 })), guard, Rollback, "slow_exchange_rate"},
 		{"early termination", population(300, inWindow, same, onCanary(func(i int, s *Session) {
 			if i%4 == 0 {

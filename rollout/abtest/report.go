@@ -64,12 +64,18 @@ type Config struct {
 	// players, for the SRM check; 0 leaves SRM unchecked (and promotion
 	// blocked).
 	CanaryShare float64 `json:"canary_share"`
+	// SlowFloorMS is the least latency the slow-exchange threshold takes:
+	// an exchange faster than it is not slow to a player, whatever stable's
+	// p95 (SlowThreshold).
+	SlowFloorMS float64 `json:"slow_floor_ms"`
 }
 
 // DefaultConfig returns α 0.05, τ = 0.2 pooled SD, 100 players per arm
-// before the first look, guardrails at 0.02 and SRM unchecked.
+// before the first look, guardrails at 0.02, SRM unchecked and a slow
+// floor of 100 ms, the limit under which a reply feels instantaneous
+// (Nielsen, "Usability Engineering", 1993, ch. 5.5, after Miller 1968).
 func DefaultConfig() Config {
-	return Config{Alpha: 0.05, MixtureSD: 0.2, SeqMinPlayers: 100, GuardrailAlpha: 0.02}
+	return Config{Alpha: 0.05, MixtureSD: 0.2, SeqMinPlayers: 100, GuardrailAlpha: 0.02, SlowFloorMS: 100}
 }
 
 // Validate reports the first setting out of range.
@@ -85,6 +91,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("abtest config: sequential minimum %d players must be at least 2", c.SeqMinPlayers)
 	case c.CanaryShare < 0 || c.CanaryShare >= 1:
 		return fmt.Errorf("abtest config: canary share %v must be in [0, 1)", c.CanaryShare)
+	case !(c.SlowFloorMS >= 0) || math.IsInf(c.SlowFloorMS, 1):
+		return fmt.Errorf("abtest config: slow floor %v ms must be finite and not negative", c.SlowFloorMS)
 	}
 	return nil
 }
@@ -95,8 +103,9 @@ func (c Config) Validate() error {
 // events never rewrite a result that was reported.
 type State struct {
 	ExperimentID string `json:"experiment_id"`
-	// SlowThresholdMS is stable's p95 exchange latency at the first look,
-	// frozen: the slow-exchange guardrail counts exchanges slower than it.
+	// SlowThresholdMS is stable's p95 exchange latency at the first look
+	// (at least Config.SlowFloorMS), frozen: the slow-exchange guardrail
+	// counts exchanges slower than it.
 	SlowThresholdMS float64               `json:"slow_threshold_ms"`
 	AvgL            Sequential            `json:"avg_l"`
 	AvgR            Sequential            `json:"avg_r"`
@@ -387,7 +396,7 @@ func Update(prev State, experimentID string, sessions []Session, pre map[string]
 	}
 	t := Fold(sessions, pre, prev.SlowThresholdMS)
 	if t.SlowThresholdMS == 0 && t.Stable.Players >= cfg.SeqMinPlayers && t.Canary.Players >= cfg.SeqMinPlayers {
-		if slow := SlowThreshold(t.Stable.Latencies); slow > 0 {
+		if slow := SlowThreshold(t.Stable.Latencies, cfg.SlowFloorMS); slow > 0 {
 			t = Fold(sessions, pre, slow)
 		}
 	}
@@ -395,9 +404,10 @@ func Update(prev State, experimentID string, sessions []Session, pre map[string]
 }
 
 // SlowThreshold is the latency that exchanges slower than count as slow:
-// stable's p95 (Percentile) at the first look. latencies is sorted in place.
-func SlowThreshold(stableLatencies []float64) float64 {
-	return Percentile(stableLatencies, 95)
+// stable's p95 (Percentile) at the first look, or floorMS when that is
+// higher. latencies is sorted in place.
+func SlowThreshold(stableLatencies []float64, floorMS float64) float64 {
+	return max(Percentile(stableLatencies, 95), floorMS)
 }
 
 // Judge takes one look at the tallies t at time now, continuing from

@@ -218,3 +218,27 @@ func TestAnalyzeUndefinedIsFinite(t *testing.T) {
 		})
 	}
 }
+
+// TestConfigValidate refuses each setting out of range, the slow floor's
+// included, and keeps the defaults.
+func TestConfigValidate(t *testing.T) {
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatalf("default config: %v", err)
+	}
+	for name, mod := range map[string]func(*Config){
+		"alpha 0":             func(c *Config) { c.Alpha = 0 },
+		"guardrail alpha 1":   func(c *Config) { c.GuardrailAlpha = 1 },
+		"mixture sd 0":        func(c *Config) { c.MixtureSD = 0 },
+		"one player":          func(c *Config) { c.SeqMinPlayers = 1 },
+		"canary share 1":      func(c *Config) { c.CanaryShare = 1 },
+		"negative slow floor": func(c *Config) { c.SlowFloorMS = -1 },
+		"NaN slow floor":      func(c *Config) { c.SlowFloorMS = math.NaN() },
+		"infinite slow floor": func(c *Config) { c.SlowFloorMS = math.Inf(1) },
+	} {
+		c := DefaultConfig()
+		mod(&c)
+		if c.Validate() == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
