@@ -452,9 +452,10 @@ func matmul(pool *cpuPool, y, x []float32, m *cpuMatrix, n int, add bool) {
 // run the entire forward on a core each: the tokens do not read each
 // other's keys, so the cores meet once per step instead of at every matmul
 // and attention of every layer (25 times at four layers), where the
-// hand-offs leave the second core mostly idle. Even one token a part pays:
-// a serving engine's steps mostly hold two to eight sequences, whose
-// attention over their own keys runs on one core otherwise. A part holds a
+// hand-offs leave the second core mostly idle. Parts of a token or two
+// pay: a serving engine's steps mostly hold two to eight sequences, whose
+// attention over their own keys runs on one core otherwise (steps of three
+// to eight 0.74 of unsplit, of two the same; docs/bench/decode.md). A part holds a
 // core for the whole step, though, and on a machine whose cores other
 // processes keep busy the step then waits for a helper that was
 // descheduled: where a split step took longer than its fastest part

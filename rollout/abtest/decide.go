@@ -30,7 +30,8 @@ type GuardrailConfig struct {
 	MaxErrorRateIncrease float64 `json:"max_error_rate_increase"`
 	// MaxSlowExchangeIncrease is the allowed canary − stable share of
 	// exchanges slower than stable's p95 at the first look (about 5 % on
-	// stable): the p95 latency guardrail, judged through its proportion.
+	// stable) and than Config.SlowFloorMS: the p95 latency guardrail,
+	// judged through its proportion.
 	MaxSlowExchangeIncrease float64 `json:"max_slow_exchange_increase"`
 	// MaxEarlyTermIncrease is the allowed canary − stable share of sessions
 	// ended after at most one exchange.
