@@ -76,8 +76,8 @@ func TestTemplatePromptKeepsTheNewestExchangesThatFit(t *testing.T) {
 	kept := slices.IndexFunc(hist, func(x schema.Exchange) bool {
 		return slices.Equal(ids, dialogue(hist[x.Turn-1:], "the newest <|im_end|>"))
 	})
-	if kept <= 0 {
-		t.Fatalf("prompt %q is not the dialogue from some exchange after the first", chat.Tokenizer().Decode(ids))
+	if kept < historyBlock {
+		t.Fatalf("prompt %q is not the dialogue from some block after the first", chat.Tokenizer().Decode(ids))
 	}
 	// The oldest exchange kept starts a block, and the block before it
 	// does not fit.
