@@ -466,9 +466,9 @@ func (r *refresher) calibrate(ctx context.Context, m *inference.Model, tok *infe
 // with sft on dialogues, on the sessions of the players held out of its
 // training (SFT's split, a seeded hash of the player id: no player is in
 // both), each laid out as the fidelity evaluation lays it out, with word
-// topics (topicsCfg; 0 topics: none) learned from the training players'
-// messages. Only what a deployment logs goes in: who quit after which NPC
-// turn. With fewer than minDecisions decisions, or no quit or no continue
+// topics (topicsCfg; 0 topics: none) and their tone learned from the
+// training players' sessions. Only what a deployment logs goes in: what
+// the players said and who quit after which NPC turn. With fewer than minDecisions decisions, or no quit or no continue
 // among them, it fits nothing and says why.
 func calibrateUserAgent(ctx context.Context, m *inference.Model, tok *inference.Tokenizer, dialogues []schema.Dialogue, sft SFTConfig,
 	topicsCfg simulator.WordTopicsConfig, minDecisions int, logger *slog.Logger) (*refreshCalibration, string, error) {
@@ -498,6 +498,11 @@ func calibrateUserAgent(ctx context.Context, m *inference.Model, tok *inference.
 		} else {
 			cfg.WordTopics, fit.topics, fit.TopicWords = topics, topics, len(topics.Words)
 			topicsWhy = fmt.Sprintf("; %d words in %d topics", len(topics.Words), topicsCfg.Topics)
+			if topics.Tone, err = simulator.LearnTone(train, topicsCfg.MinMessages); err != nil {
+				topicsWhy += "; no tone: " + err.Error()
+			} else {
+				topicsWhy += fmt.Sprintf(", %d words with a tone", len(topics.Tone))
+			}
 		}
 	}
 	ua, stop, err := userAgentOn(m, tok, cfg, logger)

@@ -27,8 +27,12 @@ const WordTopicsFile = "word_topics.json"
 // (LearnWordTopics). The calibration reads an NPC turn's relevance to the
 // player through them (TurnFeatures and their Calibration weights):
 // what the user agent's transformer does not learn to read at this size.
+// Tone, when set, weighs the words of a player's message by how they
+// change the odds of a quit after the next NPC turn (LearnTone): how the
+// calibration reads the player's mood.
 type WordTopics struct {
-	Words map[string]int `json:"words"`
+	Words map[string]int     `json:"words"`
+	Tone  map[string]float64 `json:"tone,omitempty"`
 }
 
 // WordTopicsConfig sizes LearnWordTopics: Topics clusters of word vectors
@@ -326,6 +330,8 @@ func (t *WordTopics) topicsOf(text string) map[int]bool {
 // AsksNamed, it asks and names one the player has named; NamesKnown, it
 // names one the player has not named in this dialogue but did in an
 // earlier one (the user agent's demos), a likely interest not yet told.
+// Tone reads the player rather than the turn: the tone of the player's last
+// message (WordTopics.Tone), 0 without one.
 type TurnFeatures struct {
 	Turn                int
 	OnLast, OffTopic    float64
@@ -334,11 +340,12 @@ type TurnFeatures struct {
 	OnEarlier, NamesNew float64
 	NoTopic, AsksNamed  float64
 	NamesKnown          float64
+	Tone                float64
 }
 
 // values are f's features in the order of Calibration.weights.
 func (f TurnFeatures) values() [numFeatures]float64 {
-	return [numFeatures]float64{f.OnLast, f.OffTopic, f.Repeat, f.Question, f.OnEarlier, f.NamesNew, f.NoTopic, f.AsksNamed, f.NamesKnown}
+	return [numFeatures]float64{f.OnLast, f.OffTopic, f.Repeat, f.Question, f.OnEarlier, f.NamesNew, f.NoTopic, f.AsksNamed, f.NamesKnown, f.Tone}
 }
 
 // Features reads an NPC turn's features but Repeat against the player's
@@ -352,6 +359,7 @@ func (t *WordTopics) Features(earlier, player []string, npc string) TurnFeatures
 	if t == nil || len(player) == 0 {
 		return f
 	}
+	f.Tone = t.toneOf(player[len(player)-1])
 	turn := t.topicsOf(npc)
 	last := t.topicsOf(player[len(player)-1])
 	named, known := map[int]bool{}, map[int]bool{}

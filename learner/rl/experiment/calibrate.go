@@ -11,28 +11,20 @@ import (
 )
 
 // calibrate fits ua's logit calibration (simulator.FitCalibration) on
-// Profile.CalibrationSessions sessions that the policy in npcDir plays with
-// the training personas, read as a deployment logs them: who quit after
-// which NPC turn, never the players' hidden hazard. The calibration reads
-// turns through word topics learned, as the learner's refresh learns them,
-// from the training players' messages in the corpus. It returns ua as it
-// is when the profile asks for no calibration.
+// sessions that the policy in npcDir plays with the training personas,
+// read as a deployment logs them: what the players said and who quit after
+// which NPC turn, never their hidden hazard. The calibration reads turns
+// through word topics learned, as the learner's refresh learns them, from
+// the training players' messages in the corpus. As the refresh does with
+// its window, it splits the Profile.CalibrationSessions sessions by
+// player: on one half it learns the tone of the players' words, on the
+// other it fits the calibration, so that no decision is weighed by a tone
+// learned from it. It returns ua as it is when the profile asks for no
+// calibration.
 func (e *env) calibrate(ctx context.Context, npcDir string, ua *simulator.UserAgent) (*simulator.UserAgent, error) {
 	n := e.prof.CalibrationSessions
 	if n == 0 {
 		return ua, nil
-	}
-	if e.topics == nil {
-		player, npc := simulator.DialogueMessages(e.corpus.train)
-		topics, err := simulator.LearnWordTopics(player, npc, simulator.DefaultWordTopicsConfig())
-		if err != nil {
-			return nil, fmt.Errorf("calibrate user agent: %w", err)
-		}
-		e.topics = topics
-	}
-	ua, err := ua.WithWordTopics(e.topics)
-	if err != nil {
-		return nil, fmt.Errorf("calibrate user agent: %w", err)
 	}
 	model, _, _, err := inference.LoadCheckpoint(npcDir, inference.DefaultBackendConfig())
 	if err != nil {
@@ -54,14 +46,46 @@ func (e *env) calibrate(ctx context.Context, npcDir string, ua *simulator.UserAg
 	if err != nil {
 		return nil, fmt.Errorf("calibrate user agent: %w", err)
 	}
+	if e.topics == nil {
+		player, npc := simulator.DialogueMessages(e.corpus.train)
+		if e.topics, err = simulator.LearnWordTopics(player, npc, simulator.DefaultWordTopicsConfig()); err != nil {
+			return nil, fmt.Errorf("calibrate user agent: %w", err)
+		}
+	}
+	learn, fit := halves(logged)
+	topics := *e.topics
+	if topics.Tone, err = simulator.LearnTone(learn, simulator.DefaultWordTopicsConfig().MinMessages); err != nil {
+		return nil, fmt.Errorf("calibrate user agent: %w", err)
+	}
+	if ua, err = ua.WithWordTopics(&topics); err != nil {
+		return nil, fmt.Errorf("calibrate user agent: %w", err)
+	}
 	demos := map[string][]simulator.PromptDialogue{}
 	for _, p := range prompts {
 		demos[p.PlayerID] = p.Demos
 	}
-	c, decisions, err := ua.FitCalibrationOn(ctx, logged, func(d schema.Dialogue) []simulator.PromptDialogue { return demos[d.PlayerID] }, e.corpus.risks)
+	c, decisions, err := ua.FitCalibrationOn(ctx, fit, func(d schema.Dialogue) []simulator.PromptDialogue { return demos[d.PlayerID] }, e.corpus.risks)
 	if err != nil {
 		return nil, fmt.Errorf("calibrate user agent: %w", err)
 	}
-	e.logger.Info("user agent calibration", "values", c.Summary(), "topic_words", len(e.topics.Words), "decisions", decisions, "sessions", len(logged))
+	e.logger.Info("user agent calibration", "values", c.Summary(), "topic_words", len(topics.Words), "tone_words", len(topics.Tone),
+		"decisions", decisions, "sessions", len(fit), "learned_on", len(learn))
 	return ua.WithCalibration(c)
+}
+
+// halves splits sessions by player, alternating in the order the players
+// first appear.
+func halves(sessions []schema.Dialogue) (a, b []schema.Dialogue) {
+	order := map[string]int{}
+	for _, d := range sessions {
+		if _, ok := order[d.PlayerID]; !ok {
+			order[d.PlayerID] = len(order)
+		}
+		if order[d.PlayerID]%2 == 0 {
+			a = append(a, d)
+		} else {
+			b = append(b, d)
+		}
+	}
+	return a, b
 }

@@ -61,8 +61,9 @@ type Profile struct {
 	// user agent against the players' hidden hazard.
 	Referee rl.RefereeConfig `json:"referee"`
 	// CalibrationSessions sessions of the SFT policy with the training
-	// personas are logged before any RL, and the user agent's logit
-	// calibration is fitted on who quit when in them (0: none).
+	// personas are logged before any RL; the user agent's word topics and
+	// their tone are learned on half of the players and its logit
+	// calibration fitted on who quit when among the others (0: none).
 	CalibrationSessions int `json:"calibration_sessions,omitempty"`
 	// Fidelity adds AT-GRPO trained on the ground-truth players (an oracle
 	// user agent) to a run against the user agent, for the acceptance's
@@ -201,7 +202,7 @@ func SmallProfile() Profile {
 	p.UserAgentTokens, p.UserAgentMaxSeq = 16, 320
 	p.EvalPrompts, p.EvalDepth, p.CurvePrompts, p.CurveEvery = 48, 6, 8, 2
 	p.Referee = referee(rl.DefaultRefereeConfig(), 6)
-	p.CalibrationSessions = 400
+	p.CalibrationSessions = 4000
 	return p
 }
 

@@ -1,0 +1,143 @@
+package simulator
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+
+	"gonum.org/v1/gonum/optimize"
+
+	"github.com/parleyhq/parley/schema"
+)
+
+// TonePrior is the spread of the normal prior on each word's weight in
+// LearnTone: a word moves the odds of a quit by a factor of about e at
+// most, unless the sessions show much more.
+const TonePrior = 1.0
+
+// LearnTone weighs the words of players' messages by how they change the
+// odds that the player ends the session right after the next NPC turn: a
+// logistic regression of every decision of the logged sessions
+// (DecisionQueries) on the set of words of the player's message before
+// that turn, over the words in at least minMessages of those messages,
+// with TonePrior on the weights. Upset players say so ("ugh", "this is
+// going nowhere") and quit sooner whatever the NPC says next; the user
+// agent's transformer does not learn to read that at this size. Only what
+// a deployment logs goes in: the players' messages and who quit when.
+func LearnTone(sessions []schema.Dialogue, minMessages int) (map[string]float64, error) {
+	if minMessages < 1 {
+		return nil, fmt.Errorf("learn tone: min messages %d must be at least 1", minMessages)
+	}
+	var msgs [][]string
+	var quit []float64
+	quits := 0
+	count := map[string]int{}
+	for _, d := range sessions {
+		qs, q := DecisionQueries(d, nil, nil)
+		for i, query := range qs {
+			ex := query.Current.Exchanges
+			ws := distinct(ex[len(ex)-1].User)
+			for _, w := range ws {
+				count[w]++
+			}
+			msgs, quit = append(msgs, ws), append(quit, 0)
+			if q[i] {
+				quit[len(quit)-1] = 1
+				quits++
+			}
+		}
+	}
+	if quits == 0 || quits == len(quit) {
+		return nil, errors.New("learn tone: need both quits and continues")
+	}
+	// Parameter 0 is the intercept, which the tone leaves out: the
+	// calibration has its own offset.
+	index := map[string]int{}
+	for _, w := range slices.Sorted(maps.Keys(count)) {
+		if count[w] >= minMessages {
+			index[w] = len(index) + 1
+		}
+	}
+	rows := make([][]int, len(msgs))
+	for i, ws := range msgs {
+		for _, w := range ws {
+			if j, ok := index[w]; ok {
+				rows[i] = append(rows[i], j)
+			}
+		}
+	}
+	// objective is the negative log-likelihood plus the prior, and grad
+	// its gradient, at the parameters x.
+	objective := func(grad, x []float64) float64 {
+		if grad != nil {
+			clear(grad)
+		}
+		nll := 0.0
+		for i, r := range rows {
+			z := x[0]
+			for _, j := range r {
+				z += x[j]
+			}
+			// −log σ(z) for a quit, −log(1 − σ(z)) for a continue, stable for large |z|.
+			nll += softplus(z) - quit[i]*z
+			if grad != nil {
+				g := 1/(1+math.Exp(-z)) - quit[i]
+				grad[0] += g
+				for _, j := range r {
+					grad[j] += g
+				}
+			}
+		}
+		for j := 1; j < len(x); j++ {
+			nll += x[j] * x[j] / (2 * TonePrior * TonePrior)
+			if grad != nil {
+				grad[j] += x[j] / (TonePrior * TonePrior)
+			}
+		}
+		return nll
+	}
+	res, err := optimize.Minimize(optimize.Problem{
+		Func: func(x []float64) float64 { return objective(nil, x) },
+		Grad: func(grad, x []float64) { objective(grad, x) },
+	}, make([]float64, len(index)+1), nil, &optimize.LBFGS{})
+	if err != nil && res == nil {
+		return nil, fmt.Errorf("learn tone: %w", err)
+	}
+	tone := make(map[string]float64, len(index))
+	for w, j := range index {
+		tone[w] = res.X[j]
+	}
+	return tone, nil
+}
+
+// softplus is log(1 + e^z).
+func softplus(z float64) float64 {
+	if z > 0 {
+		return z + math.Log1p(math.Exp(-z))
+	}
+	return math.Log1p(math.Exp(z))
+}
+
+// toneOf is the summed weight of the distinct words of a player's message.
+func (t *WordTopics) toneOf(message string) float64 {
+	sum := 0.0
+	for _, w := range distinct(message) {
+		sum += t.Tone[w]
+	}
+	return sum
+}
+
+// distinct is text's words, each once, in the order they first appear.
+func distinct(text string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, w := range words(text) {
+		if !seen[w] {
+			seen[w] = true
+			out = append(out, w)
+		}
+	}
+	return out
+}
