@@ -468,8 +468,9 @@ func (r *refresher) calibrate(ctx context.Context, m *inference.Model, tok *infe
 // both), each laid out as the fidelity evaluation lays it out, with word
 // topics (topicsCfg; 0 topics: none) and their tone learned from the
 // training players' sessions. Only what a deployment logs goes in: what
-// the players said and who quit after which NPC turn. With fewer than minDecisions decisions, or no quit or no continue
-// among them, it fits nothing and says why.
+// the players said and who quit after which NPC turn. With fewer than
+// minDecisions decisions, or no quit or no continue among them, it fits
+// nothing and says why.
 func calibrateUserAgent(ctx context.Context, m *inference.Model, tok *inference.Tokenizer, dialogues []schema.Dialogue, sft SFTConfig,
 	topicsCfg simulator.WordTopicsConfig, minDecisions int, logger *slog.Logger) (*refreshCalibration, string, error) {
 	train, heldOut := splitPlayers(dialogues, sft.HeldOutShare, sft.Seed)

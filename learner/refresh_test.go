@@ -439,6 +439,10 @@ func TestRefreshPublishesCalibratedUserAgent(t *testing.T) {
 	if cal.TopicWords == 0 || served.WordTopics == nil || len(served.WordTopics.Words) != cal.TopicWords {
 		t.Fatalf("%s serves %v word topics; want the %d words the refresh learned", res.Version, served.WordTopics, cal.TopicWords)
 	}
+	if len(served.WordTopics.Tone) == 0 || want.Tone == 0 || !strings.Contains(res.GateReason, "with a tone") {
+		t.Errorf("%s serves the tone of %d words, weighed %.2f (gate: %s); want the tone the refresh learned, weighed",
+			res.Version, len(served.WordTopics.Tone), want.Tone, res.GateReason)
+	}
 
 	met, err := EvaluateModel(ctx, dir, ds, EvalOptionsFrom(r.cfg.SFT), nil)
 	if err != nil {
