@@ -38,7 +38,7 @@ func LearnTone(sessions []schema.Dialogue, minMessages int) (map[string]float64,
 		qs, q := DecisionQueries(d, nil, nil)
 		for i, query := range qs {
 			ex := query.Current.Exchanges
-			ws := distinct(ex[len(ex)-1].User)
+			ws := slices.Sorted(maps.Keys(set(words(ex[len(ex)-1].User))))
 			for _, w := range ws {
 				count[w]++
 			}
@@ -120,24 +120,12 @@ func softplus(z float64) float64 {
 	return math.Log1p(math.Exp(z))
 }
 
-// toneOf is the summed weight of the distinct words of a player's message.
+// toneOf is the summed weight of the distinct words of a player's message,
+// in sorted order so that the sum does not vary from run to run.
 func (t *WordTopics) toneOf(message string) float64 {
 	sum := 0.0
-	for _, w := range distinct(message) {
+	for _, w := range slices.Sorted(maps.Keys(set(words(message)))) {
 		sum += t.Tone[w]
 	}
 	return sum
-}
-
-// distinct is text's words, each once, in the order they first appear.
-func distinct(text string) []string {
-	var out []string
-	seen := map[string]bool{}
-	for _, w := range words(text) {
-		if !seen[w] {
-			seen[w] = true
-			out = append(out, w)
-		}
-	}
-	return out
 }
