@@ -202,7 +202,7 @@ func TestCyclePublishesCandidateWithMetricsAndCurves(t *testing.T) {
 func cycleReferee(t *testing.T, cfg CycleConfig, root string, th rl.RefereeThresholds, logger *slog.Logger) *RefereeGate {
 	rc := DefaultRefreshConfig()
 	rc.SFT = tinySFTConfig(t, RoleUser)
-	rc.Referee = tinyReferee(cfg.PlayersSeed)
+	tinyReferee(&rc, cfg.PlayersSeed)
 	rc.Referee.Players = cfg.Players
 	rc.Referee.Thresholds = th
 	if logger == nil {

@@ -41,6 +41,12 @@ type RefreshConfig struct {
 	SFT SFTConfig `json:"sft"`
 	// Poll is how often the loop checks whether a refresh is due.
 	Poll time.Duration `json:"poll"`
+	// NPC is how the refresh plays the serving NPC against a user agent,
+	// in the length match and the referee gate.
+	NPC NPCPlayConfig `json:"npc"`
+	// LengthMatch shifts a refreshed user agent's calibrated offset so
+	// that its players last as long as the logged ones (matchLength).
+	LengthMatch LengthMatchConfig `json:"length_match"`
 	// Referee is the referee gate a refreshed user agent must pass, after
 	// the fidelity gate, to be published.
 	Referee RefereeGateConfig `json:"referee"`
@@ -54,12 +60,54 @@ type RefreshConfig struct {
 	WordTopics simulator.WordTopicsConfig `json:"word_topics"`
 }
 
+// NPCPlayConfig is how the refresh plays the dialogue agent against a user
+// agent: the newest version of Model (or, in the length match, the one that
+// served the sessions) samples its turns with Policy, opening with
+// DefaultCard and DefaultGreeting, and UserAgent lays out the user agent's
+// prompts and replies, all as the AT-GRPO cycle does (CycleConfig's).
+type NPCPlayConfig struct {
+	// Model is the dialogue agent's registry name; without a version of
+	// it there is no length match and no referee.
+	Model           string                    `json:"model"`
+	Policy          rl.PolicyConfig           `json:"policy"`
+	UserAgent       simulator.UserAgentConfig `json:"user_agent"`
+	DefaultCard     string                    `json:"default_card"`
+	DefaultGreeting string                    `json:"default_greeting"`
+}
+
+// DefaultNPCPlayConfig plays with the AT-GRPO cycle's defaults.
+func DefaultNPCPlayConfig() NPCPlayConfig {
+	cc := DefaultCycleConfig()
+	return NPCPlayConfig{Model: cc.Model, Policy: cc.Policy, UserAgent: cc.UserAgent, DefaultCard: cc.DefaultCard, DefaultGreeting: cc.DefaultGreeting}
+}
+
+// Validate reports the first bad field.
+func (c NPCPlayConfig) Validate() error {
+	if c.Model == "" {
+		return errors.New("npc play: model is required")
+	}
+	for _, err := range []error{c.Policy.Validate(), c.UserAgent.Validate()} {
+		if err != nil {
+			return fmt.Errorf("npc play: %w", err)
+		}
+	}
+	return nil
+}
+
+// LengthMatchConfig sizes the length match: up to Dialogues held-out
+// sessions, played and counted up to Depth exchanges; 0 dialogues turns
+// it off.
+type LengthMatchConfig struct {
+	Dialogues int `json:"dialogues"`
+	Depth     int `json:"depth"`
+}
+
 // RefereeGateConfig configures the refresh's referee gate (issue 15): the
 // refreshed and the current user agent are measured with rl.SampleReferee
-// and Judge on one sample of sibling groups written by the newest version
-// of NPCModel for the held-out players of a ground-truth population, and
-// the refreshed one is published only when its report passes Thresholds
-// and is no worse than the current one's.
+// and Judge on one sample of sibling groups written by the newest NPC
+// version (RefreshConfig.NPC) for the held-out players of a ground-truth
+// population, and the refreshed one is published only when its report
+// passes Thresholds and is no worse than the current one's.
 type RefereeGateConfig struct {
 	// Players is the ground-truth population, seeded with PlayersSeed,
 	// whose hidden hazard the user agent is measured against; the personas
@@ -68,34 +116,18 @@ type RefereeGateConfig struct {
 	// has the fidelity gate only.
 	Players     simulator.PopulationConfig `json:"players"`
 	PlayersSeed uint64                     `json:"players_seed"`
-	// NPCModel is the dialogue agent's registry name; without a version
-	// of it there are no siblings and the referee is skipped.
-	NPCModel string `json:"npc_model"`
-	// Policy samples the NPC's turns and UserAgent lays out the user
-	// agent's prompts and replies, both as the AT-GRPO cycle uses them.
-	Policy    rl.PolicyConfig           `json:"policy"`
-	UserAgent simulator.UserAgentConfig `json:"user_agent"`
 	// Measure sizes the measurement and Thresholds is the pass rule.
 	Measure    rl.RefereeConfig     `json:"measure"`
 	Thresholds rl.RefereeThresholds `json:"thresholds"`
-	// DefaultCard is the NPC's system prompt and DefaultGreeting its first
-	// line (CycleConfig's).
-	DefaultCard     string `json:"default_card"`
-	DefaultGreeting string `json:"default_greeting"`
 }
 
 // DefaultRefereeGateConfig measures against the simulator's default
 // population (seed 1) with rl.DefaultRefereeConfig (300 groups of 8
 // siblings, 300 dialogues) and rl.DefaultRefereeThresholds (τ ≥ 0.30 with
-// CI low > 0.20, Pearson ≥ 0.6, simulated/real Avg.L within [0.9, 1.1]),
-// with the AT-GRPO cycle's policy and user-agent settings.
+// CI low > 0.20, Pearson ≥ 0.6, simulated/real Avg.L within [0.9, 1.1]).
 func DefaultRefereeGateConfig() RefereeGateConfig {
-	cc := DefaultCycleConfig()
-	return RefereeGateConfig{
-		Players: simulator.DefaultPopulationConfig(), PlayersSeed: 1, NPCModel: cc.Model,
-		Policy: cc.Policy, UserAgent: cc.UserAgent, Measure: rl.DefaultRefereeConfig(), Thresholds: rl.DefaultRefereeThresholds(),
-		DefaultCard: cc.DefaultCard, DefaultGreeting: cc.DefaultGreeting,
-	}
+	return RefereeGateConfig{Players: simulator.DefaultPopulationConfig(), PlayersSeed: 1,
+		Measure: rl.DefaultRefereeConfig(), Thresholds: rl.DefaultRefereeThresholds()}
 }
 
 // Validate reports the first bad field of an enabled referee.
@@ -103,10 +135,7 @@ func (c RefereeGateConfig) Validate() error {
 	if c.Players.Size == 0 {
 		return nil
 	}
-	if c.NPCModel == "" {
-		return errors.New("referee gate: npc model is required")
-	}
-	for _, err := range []error{c.Players.Validate(), c.Policy.Validate(), c.UserAgent.Validate(), c.Measure.Validate(), c.Thresholds.Validate()} {
+	for _, err := range []error{c.Players.Validate(), c.Measure.Validate(), c.Thresholds.Validate()} {
 		if err != nil {
 			return fmt.Errorf("referee gate: %w", err)
 		}
@@ -117,12 +146,14 @@ func (c RefereeGateConfig) Validate() error {
 // DefaultRefreshConfig refreshes every 200 new sessions or hour (with at
 // least 20), replaying half as many older ones, fine-tuning 100 steps at
 // the paper's SFT learning rate scaled to the small models (3e-4), and
-// calibrates on at least 100 decisions.
+// calibrates on at least 100 decisions, matching the length on up to 400
+// sessions of up to 6 exchanges.
 func DefaultRefreshConfig() RefreshConfig {
 	sft := DefaultSFTConfig(RoleUser)
 	sft.Steps = 100
 	sft.Train.LearningRate = 3e-4
 	return RefreshConfig{EverySessions: 200, Every: time.Hour, MinSessions: 20, ReplayShare: 0.5, SFT: sft, Poll: 5 * time.Second,
+		NPC: DefaultNPCPlayConfig(), LengthMatch: LengthMatchConfig{Dialogues: 400, Depth: 6},
 		Referee: DefaultRefereeGateConfig(), MinCalibrationDecisions: 100, WordTopics: simulator.DefaultWordTopicsConfig()}
 }
 
@@ -140,6 +171,14 @@ func (c RefreshConfig) Validate() error {
 		return fmt.Errorf("refresh config: poll %v must be positive", c.Poll)
 	case c.SFT.Role != RoleUser:
 		return fmt.Errorf("refresh config: the refresh trains the user agent, not %q", c.SFT.Role)
+	}
+	if c.LengthMatch.Dialogues < 0 || c.LengthMatch.Dialogues > 0 && c.LengthMatch.Depth < 1 {
+		return fmt.Errorf("refresh config: length match of %d dialogues needs a positive depth, not %d", c.LengthMatch.Dialogues, c.LengthMatch.Depth)
+	}
+	if c.LengthMatch.Dialogues > 0 || c.Referee.Players.Size > 0 {
+		if err := c.NPC.Validate(); err != nil {
+			return fmt.Errorf("refresh config: %w", err)
+		}
 	}
 	if err := c.Referee.Validate(); err != nil {
 		return fmt.Errorf("refresh config: %w", err)
@@ -267,7 +306,10 @@ type refreshCalibration struct {
 	Sessions  int `json:"sessions"`
 	// TopicWords counts the words of the word topics it read.
 	TopicWords int `json:"topic_words"`
-	topics     *simulator.WordTopics
+	// LengthShift is what the length match added to the fitted offset
+	// (matchLength); 0 when it did not run.
+	LengthShift float64 `json:"length_shift,omitempty"`
+	topics      *simulator.WordTopics
 }
 
 // metrics are the manifest metrics that carry a fitted calibration with
@@ -552,7 +594,8 @@ func CalibratedGate(dialogues []schema.Dialogue, sft SFTConfig, topics simulator
 }
 
 // gate is a refresh's publication rule on the agents as they are served:
-// the refreshed agent is calibrated (calibrate), then FidelityGate compares
+// the refreshed agent is calibrated (calibrate) and its length matched to
+// the logged sessions' (matchLength), then FidelityGate compares
 // it with the current one, which keeps the calibration its version carries
 // (a first agent, with no current one, passes), and, when it accepts, so
 // does the referee gate. Judging the agents as trained would not do: ρ's
@@ -567,6 +610,13 @@ func (r *refresher) gate(parent string, window []schema.Dialogue, found *gateFin
 		cal, cwhy, err := r.calibrate(ctx, m, tok, window)
 		if err != nil {
 			return GateVerdict{}, err
+		}
+		lwhy, err := r.matchLength(ctx, m, tok, cal, window)
+		if err != nil {
+			return GateVerdict{}, err
+		}
+		if lwhy != "" {
+			cwhy += "; " + lwhy
 		}
 		found.calibration = cal
 		if found.before, found.after, err = r.servedFidelity(ctx, parent, m, tok, cal, window); err != nil {
@@ -590,13 +640,13 @@ func (r *refresher) gate(parent string, window []schema.Dialogue, found *gateFin
 			return GateVerdict{Publish: true, Reason: why, Metrics: metrics, Files: files}, nil
 		}
 		rc := g.cfg
-		npc, err := currentVersion(ctx, r.registry, rc.NPCModel)
+		npc, err := currentVersion(ctx, r.registry, r.cfg.NPC.Model)
 		if err != nil {
 			return GateVerdict{}, fmt.Errorf("referee: %w", err)
 		}
 		if npc == "" {
-			r.logger.Warn("user-agent referee skipped: no NPC version writes the siblings", "npc_model", rc.NPCModel)
-			return GateVerdict{Publish: true, Reason: why + "; referee skipped: no " + rc.NPCModel + " version", Metrics: metrics, Files: files}, nil
+			r.logger.Warn("user-agent referee skipped: no NPC version writes the siblings", "npc_model", r.cfg.NPC.Model)
+			return GateVerdict{Publish: true, Reason: why + "; referee skipped: no " + r.cfg.NPC.Model + " version", Metrics: metrics, Files: files}, nil
 		}
 		nm, ntok, err := g.loadNPC(npc)
 		if err != nil {
@@ -612,7 +662,7 @@ func (r *refresher) gate(parent string, window []schema.Dialogue, found *gateFin
 				return GateVerdict{}, fmt.Errorf("referee: current %w", err)
 			}
 		}
-		ua, stop, err := userAgentOn(m, tok, cal.userAgent(rc.UserAgent), r.logger)
+		ua, stop, err := userAgentOn(m, tok, cal.userAgent(r.cfg.NPC.UserAgent), r.logger)
 		if err != nil {
 			return GateVerdict{}, fmt.Errorf("referee: refreshed user agent: %w", err)
 		}
@@ -692,6 +742,7 @@ func refereeAttrs(rep *rl.RefereeReport) []any {
 // SFT split) play.
 type RefereeGate struct {
 	cfg      RefereeGateConfig
+	npc      NPCPlayConfig
 	sft      SFTConfig
 	registry string
 	logger   *slog.Logger
@@ -703,7 +754,7 @@ func newRefereeGate(cfg RefreshConfig, root string, logger *slog.Logger) *Refere
 	if cfg.Referee.Players.Size == 0 {
 		return nil
 	}
-	return &RefereeGate{cfg: cfg.Referee, sft: cfg.SFT, registry: root, logger: logger}
+	return &RefereeGate{cfg: cfg.Referee, npc: cfg.NPC, sft: cfg.SFT, registry: root, logger: logger}
 }
 
 // Judge measures the published user agent version ua, with the calibration
@@ -738,7 +789,7 @@ func (g *RefereeGate) JudgeModel(ctx context.Context, m *inference.Model, tok *i
 // judgeVersion measures the published user agent version ua, with the
 // calibration its version carries, on j's sample.
 func (g *RefereeGate) judgeVersion(ctx context.Context, j *referee, ua string) (*rl.RefereeReport, error) {
-	agent, stop, err := serveUserAgent(filepath.Join(g.registry, g.sft.Model, ua), g.cfg.UserAgent, g.sft.Backend, g.logger)
+	agent, stop, err := serveUserAgent(filepath.Join(g.registry, g.sft.Model, ua), g.npc.UserAgent, g.sft.Backend, g.logger)
 	if err != nil {
 		return nil, fmt.Errorf("user agent %s: %w", ua, err)
 	}
@@ -754,7 +805,8 @@ func (g *RefereeGate) judgeVersion(ctx context.Context, j *referee, ua string) (
 // siblings, served, and the sample every user agent is judged on.
 type referee struct {
 	cfg    RefereeGateConfig
-	npc    *inference.Engine
+	npc    NPCPlayConfig
+	eng    *inference.Engine
 	tok    *inference.Tokenizer
 	maxSeq int
 	sample *rl.RefereeSample
@@ -765,7 +817,7 @@ type referee struct {
 // loadNPC loads the published NPC version npc, whose turns the referee
 // samples.
 func (g *RefereeGate) loadNPC(npc string) (*inference.Model, *inference.Tokenizer, error) {
-	m, tok, _, err := inference.LoadCheckpoint(filepath.Join(g.registry, g.cfg.NPCModel, npc), g.sft.Backend)
+	m, tok, _, err := inference.LoadCheckpoint(filepath.Join(g.registry, g.npc.Model, npc), g.sft.Backend)
 	if err != nil {
 		return nil, nil, fmt.Errorf("referee: %w", err)
 	}
@@ -777,12 +829,12 @@ func (g *RefereeGate) loadNPC(npc string) (*inference.Model, *inference.Tokenize
 // user agent its style demos.
 func (g *RefereeGate) sample(ctx context.Context, m *inference.Model, tok *inference.Tokenizer, window []schema.Dialogue) (*referee, error) {
 	rc := g.cfg
-	j := &referee{cfg: rc, began: time.Now()}
+	j := &referee{cfg: rc, npc: g.npc, began: time.Now()}
 	eng, stop, err := cycleEngine(m, inference.ParleyChatFormat(tok), g.logger)
 	if err != nil {
 		return nil, fmt.Errorf("referee: %w", err)
 	}
-	j.npc, j.tok, j.maxSeq, j.stop = eng, tok, m.Config().MaxSeq, stop
+	j.eng, j.tok, j.maxSeq, j.stop = eng, tok, m.Config().MaxSeq, stop
 	pop, err := simulator.NewPopulation(rc.Players, rc.PlayersSeed)
 	if err != nil {
 		stop()
@@ -803,7 +855,7 @@ func (g *RefereeGate) sample(ctx context.Context, m *inference.Model, tok *infer
 // policy is the NPC's policy, sampling with the same seeds at every call,
 // so every user agent's dialogues open with the same NPC turns.
 func (j *referee) policy() (*rl.ModelPolicy, error) {
-	return rl.NewModelPolicy(j.npc, j.tok, j.maxSeq, j.cfg.Policy)
+	return rl.NewModelPolicy(j.eng, j.tok, j.maxSeq, j.npc.Policy)
 }
 
 // judge measures the user agent ua on the sample.
@@ -839,7 +891,7 @@ func (g *RefereeGate) prompts(pop *simulator.Population, window []schema.Dialogu
 	out := make([]rl.Prompt, max(rc.Measure.Groups, rc.Measure.Dialogues))
 	for i := range out {
 		p := ps[i%len(ps)]
-		out[i] = rl.PlayerPrompt(p, 7_000_000+uint64(i), rc.DefaultCard, rc.DefaultGreeting)
+		out[i] = rl.PlayerPrompt(p, 7_000_000+uint64(i), g.npc.DefaultCard, g.npc.DefaultGreeting)
 		for _, d := range demos[p.ID] {
 			if len(out[i].Demos) == 2 {
 				break

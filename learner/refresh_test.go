@@ -256,13 +256,13 @@ func refereeFixture(t *testing.T, ds []schema.Dialogue) SFTConfig {
 	return ua
 }
 
-// tinyReferee is a referee small enough for a test.
-func tinyReferee(seed uint64) RefereeGateConfig {
-	rc := DefaultRefereeGateConfig()
-	rc.Players.Size, rc.PlayersSeed = 16, seed
-	rc.Policy.Sampling.MaxTokens, rc.UserAgent.Sampling.MaxTokens = 8, 4
-	rc.Measure = rl.RefereeConfig{Groups: 6, Siblings: 4, MaxContext: 1, Dialogues: 6, Depth: 3, Resamples: 100, Parallel: 4, Seed: 1}
-	return rc
+// tinyReferee sets rc's referee, and the NPC's and the user agent's turns
+// it plays, small enough for a test.
+func tinyReferee(rc *RefreshConfig, seed uint64) {
+	rc.Referee = DefaultRefereeGateConfig()
+	rc.Referee.Players.Size, rc.Referee.PlayersSeed = 16, seed
+	rc.NPC.Policy.Sampling.MaxTokens, rc.NPC.UserAgent.Sampling.MaxTokens = 8, 4
+	rc.Referee.Measure = rl.RefereeConfig{Groups: 6, Siblings: 4, MaxContext: 1, Dialogues: 6, Depth: 3, Resamples: 100, Parallel: 4, Seed: 1}
 }
 
 // looseRefereeThresholds are referee thresholds any agent meets.
@@ -294,7 +294,7 @@ func TestRefreshRefusedByTheReferee(t *testing.T) {
 	rc.SFT = base
 	rc.SFT.Steps, rc.SFT.CheckpointEvery, rc.SFT.Train.LearningRate = 2, 2, 1e-12
 	rc.ReplayShare = 0
-	rc.Referee = tinyReferee(3)
+	tinyReferee(&rc, 3)
 	r := &refresher{cfg: rc, store: store, registry: base.Registry, dataDir: base.DataDir, logger: slog.New(slog.DiscardHandler), now: time.Now}
 	if err := r.load(); err != nil {
 		t.Fatal(err)
@@ -525,7 +525,7 @@ func TestRefereeJudgesTheCalibratedAgent(t *testing.T) {
 	ds := generatedCorpus(t, 16, 4, 4, 3)
 	rc := DefaultRefreshConfig()
 	rc.SFT = refereeFixture(t, ds)
-	rc.Referee = tinyReferee(3)
+	tinyReferee(&rc, 3)
 	rc.Referee.Thresholds = looseRefereeThresholds()
 	r := &refresher{cfg: rc, registry: rc.SFT.Registry, dataDir: rc.SFT.DataDir, logger: slog.New(slog.DiscardHandler), now: time.Now}
 	m, tok, _, err := inference.LoadCheckpoint(filepath.Join(rc.SFT.Registry, rc.SFT.Model, "v1"), rc.SFT.Backend)

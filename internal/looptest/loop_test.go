@@ -360,7 +360,9 @@ func TestClosedLoop(t *testing.T) {
 	// rule that a refresh is no worse than the current user agent still
 	// applies.
 	ref := &lc.Learner.Refresh.Referee
-	ref.Players, ref.PlayersSeed, ref.Policy, ref.UserAgent = cy.Players, botSeed, cy.Policy, cy.UserAgent
+	ref.Players, ref.PlayersSeed = cy.Players, botSeed
+	npc := &lc.Learner.Refresh.NPC
+	npc.Policy, npc.UserAgent = cy.Policy, cy.UserAgent
 	ref.Measure = rl.RefereeConfig{Groups: 16, Siblings: 8, MaxContext: 2, Dialogues: 16, Depth: botMaxTurns, Resamples: 200, Parallel: 4, Seed: 1}
 	ref.Thresholds = rl.RefereeThresholds{MinKendallTau: -1, MinKendallTauCILow: -2, MinPearson: -1, MinSimRealAvgL: 0, MaxSimRealAvgL: 100,
 		Tolerance: rl.DefaultRefereeThresholds().Tolerance}

@@ -107,7 +107,9 @@ func TestLoopPromotes(t *testing.T) {
 	cy.Players, cy.PlayersSeed = players.Population, botSeed
 	cy.Players.Size = windowPlayers
 	ref := &lc.Learner.Refresh.Referee
-	ref.Players, ref.PlayersSeed, ref.Policy, ref.UserAgent = cy.Players, botSeed, cy.Policy, cy.UserAgent
+	ref.Players, ref.PlayersSeed = cy.Players, botSeed
+	npc := &lc.Learner.Refresh.NPC
+	npc.Policy, npc.UserAgent = cy.Policy, cy.UserAgent
 
 	sys := startStack(t, ctx, rds, kfk, topic, gw, lc, tel)
 	players.GatewayURL, players.APIKey = sys.base, sys.key
