@@ -2,6 +2,7 @@ package learner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -51,11 +52,11 @@ func (r *refresher) matchLength(ctx context.Context, m *inference.Model, tok *in
 	risks := simulator.TrainingRisks(train, sft.MaxTurns)
 	demos := byPlayer(heldOut)
 	prompts := make([]rl.Prompt, len(sessions))
-	logged := 0.0
+	lengths := make([]int, len(sessions))
 	for i, d := range sessions {
 		prompts[i] = rl.Prompt{ID: d.SessionID, PlayerID: d.PlayerID, System: r.cfg.NPC.DefaultCard, Greeting: r.cfg.NPC.DefaultGreeting,
 			Opening: d.Exchanges[0].User, Demos: promptDemos(pickDemos(demos[d.PlayerID], d), risks), Seed: sft.Seed*1_000_003 + uint64(i)}
-		logged += float64(min(len(d.Exchanges), depth)) / float64(len(sessions))
+		lengths[i] = len(d.Exchanges)
 	}
 
 	nm, ntok, _, err := inference.LoadCheckpoint(dir, sft.Backend)
@@ -80,20 +81,17 @@ func (r *refresher) matchLength(ctx context.Context, m *inference.Model, tok *in
 		return "", fmt.Errorf("length match: %w", err)
 	}
 	defer stopUA()
-	sim, err := rl.Evaluate(ctx, pol, rl.NewUserAgentEnv(ua, sft.Seed*7919+5), prompts, depth, 0)
+	match, err := rl.MatchSessions(ctx, pol, rl.NewUserAgentEnv(ua, sft.Seed*7919+5), prompts, lengths, depth)
+	r.logger.Info("user-agent length match", "npc", version, "values", match.Summary(), "error", err, "seconds", time.Since(began).Seconds())
+	if errors.Is(err, rl.ErrLengthOutOfReach) {
+		return "offset kept: " + err.Error(), nil
+	}
 	if err != nil {
 		return "", fmt.Errorf("length match: %w", err)
 	}
-	shift, err := rl.MatchLength(sim.Outcomes, depth, logged)
-	r.logger.Info("user-agent length match", "npc", version, "sessions", len(sessions), "depth", depth, "logged_avg_l", logged,
-		"sim_avg_l", sim.AvgL, "sim_exp_l", sim.ExpL, "shift", shift, "error", err, "seconds", time.Since(began).Seconds())
-	if err != nil {
-		return "offset kept: " + err.Error(), nil
-	}
-	cal.Offset += shift
-	cal.LengthShift = shift
-	return fmt.Sprintf("length matched on %d sessions of %s %s up to %d exchanges: simulated %.2f (expected %.2f) against %.2f logged, offset %+.2f",
-		len(sessions), r.cfg.NPC.Model, version, depth, sim.AvgL, sim.ExpL, logged, shift), nil
+	cal.Offset += match.Shift
+	cal.LengthShift = match.Shift
+	return fmt.Sprintf("length matched on %s %s's %s", r.cfg.NPC.Model, version, match.Summary()), nil
 }
 
 // servedMost returns the policy version that served most of the sessions

@@ -1,6 +1,8 @@
 package rl
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"math"
 
@@ -10,16 +12,62 @@ import (
 // MaxLengthShift bounds the shift MatchLength may return.
 const MaxLengthShift = 4.0
 
+// ErrLengthOutOfReach is MatchLength's error when no shift within
+// ±MaxLengthShift meets the length asked for.
+var ErrLengthOutOfReach = errors.New("no shift within reach meets the length")
+
+// LengthMatch is what MatchSessions measured: Sessions logged sessions,
+// counted up to Depth exchanges, lasted LoggedAvgL on average; their
+// openings played against the user agent gave Sim; Shift is the offset
+// under which those would last LoggedAvgL (0 when none would).
+type LengthMatch struct {
+	Sessions   int        `json:"sessions"`
+	Depth      int        `json:"depth"`
+	LoggedAvgL float64    `json:"logged_avg_l"`
+	Sim        EvalResult `json:"sim"`
+	Shift      float64    `json:"shift"`
+}
+
+// MatchSessions plays prompts, the openings of logged sessions that
+// lasted lengths exchanges, with policy against the user agent env up to
+// depth exchanges (Evaluate at step 0), and finds the shift of the user
+// agent's end logit under which they would last as long as the sessions
+// did, counted up to depth (MatchLength). The user agent's players, whose
+// messages it writes itself there, may stay longer or leave sooner than
+// the logged players, whose messages its calibration was fitted on.
+func MatchSessions(ctx context.Context, policy Policy, env Environment, prompts []Prompt, lengths []int, depth int) (LengthMatch, error) {
+	m := LengthMatch{Sessions: len(prompts), Depth: depth}
+	if len(prompts) == 0 || len(lengths) != len(prompts) {
+		return m, fmt.Errorf("match sessions: %d openings and %d lengths", len(prompts), len(lengths))
+	}
+	for _, l := range lengths {
+		m.LoggedAvgL += float64(min(l, depth)) / float64(len(lengths))
+	}
+	var err error
+	if m.Sim, err = Evaluate(ctx, policy, env, prompts, depth, 0); err != nil {
+		return m, fmt.Errorf("match sessions: %w", err)
+	}
+	m.Shift, err = MatchLength(m.Sim.Outcomes, depth, m.LoggedAvgL)
+	return m, err
+}
+
+// Summary says what the match measured and found.
+func (m LengthMatch) Summary() string {
+	return fmt.Sprintf("%d sessions up to %d exchanges: simulated %.2f (expected %.2f) against %.2f logged, offset %+.2f",
+		m.Sessions, m.Depth, m.Sim.AvgL, m.Sim.ExpL, m.LoggedAvgL, m.Shift)
+}
+
 // MatchLength returns the shift δ of the user agent's end logit (an
 // offset added to its calibration) under which the dialogues ds, played
 // against it at δ = 0 (Evaluate at step 0), would last target exchanges
 // on average up to depth. Their expected length under δ (ShiftedLength)
 // falls as δ grows, and a bisection finds where it meets target. It fails
-// when no δ within ±MaxLengthShift comes within 0.01 exchanges of target.
+// with ErrLengthOutOfReach when no δ within ±MaxLengthShift comes within
+// 0.01 exchanges of target.
 func MatchLength(ds []Outcome, depth int, target float64) (float64, error) {
 	lo, hi := -MaxLengthShift, MaxLengthShift
 	if longest, shortest := ShiftedLength(ds, depth, lo), ShiftedLength(ds, depth, hi); target > longest+0.01 || target < shortest-0.01 {
-		return 0, fmt.Errorf("match length: %.2f exchanges lies outside the %.2f to %.2f that shifts within ±%g reach", target, shortest, longest, MaxLengthShift)
+		return 0, fmt.Errorf("match length: %.2f exchanges lies outside the %.2f to %.2f that shifts within ±%g give: %w", target, shortest, longest, MaxLengthShift, ErrLengthOutOfReach)
 	}
 	for range 60 {
 		mid := (lo + hi) / 2

@@ -1,6 +1,7 @@
 package rl
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -58,8 +59,8 @@ func TestMatchLengthRecoversShift(t *testing.T) {
 	if got, err := MatchLength(ds, depth, ExpectedLength(ds, depth)); err != nil || math.Abs(got) > 1e-6 {
 		t.Errorf("MatchLength to the sampled length itself = %v, %v; want 0", got, err)
 	}
-	if _, err := MatchLength(ds, depth, depth+1); err == nil {
-		t.Error("MatchLength to more exchanges than the depth allows: no error")
+	if _, err := MatchLength(ds, depth, depth+1); !errors.Is(err, ErrLengthOutOfReach) {
+		t.Errorf("MatchLength to more exchanges than the depth allows: %v; want ErrLengthOutOfReach", err)
 	}
 }
 

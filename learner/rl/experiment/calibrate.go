@@ -2,9 +2,11 @@ package experiment
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/parleyhq/parley/inference"
+	"github.com/parleyhq/parley/learner"
 	"github.com/parleyhq/parley/learner/rl"
 	"github.com/parleyhq/parley/schema"
 	"github.com/parleyhq/parley/simulator"
@@ -19,8 +21,11 @@ import (
 // its window, it splits the Profile.CalibrationSessions sessions by
 // player: on one half it learns the tone of the players' words, on the
 // other it fits the calibration, so that no decision is weighed by a tone
-// learned from it. It returns ua as it is when the profile asks for no
-// calibration.
+// learned from it. Then, as the refresh does, it matches the length
+// (rl.MatchSessions): the offset moves so that the policy's dialogues
+// with the calibrated agent, from the openings of the sessions it was
+// fitted on, last as long as those sessions did. It returns ua as it is
+// when the profile asks for no calibration.
 func (e *env) calibrate(ctx context.Context, npcDir string, ua *simulator.UserAgent) (*simulator.UserAgent, error) {
 	n := e.prof.CalibrationSessions
 	if n == 0 {
@@ -68,8 +73,28 @@ func (e *env) calibrate(ctx context.Context, npcDir string, ua *simulator.UserAg
 	if err != nil {
 		return nil, fmt.Errorf("calibrate user agent: %w", err)
 	}
+	if ua, err = ua.WithCalibration(c); err != nil {
+		return nil, fmt.Errorf("calibrate user agent: %w", err)
+	}
+	// The refresh's length match: the policy plays the openings of the
+	// sessions the calibration was fitted on against the calibrated agent,
+	// and the offset moves so that they last as long as the sessions did.
+	byID := make(map[string]rl.Prompt, len(prompts))
+	for _, p := range prompts {
+		byID[p.ID] = p
+	}
+	fit = fit[:min(len(fit), learner.DefaultRefreshConfig().LengthMatch.Dialogues)]
+	openings, lengths := make([]rl.Prompt, len(fit)), make([]int, len(fit))
+	for i, d := range fit {
+		openings[i], lengths[i] = byID[d.SessionID], len(d.Exchanges)
+	}
+	match, err := rl.MatchSessions(ctx, pol, rl.NewUserAgentEnv(ua, e.prof.Referee.Seed*7919+5), openings, lengths, e.prof.Referee.Depth)
+	if err != nil && !errors.Is(err, rl.ErrLengthOutOfReach) {
+		return nil, fmt.Errorf("calibrate user agent: %w", err)
+	}
+	c.Offset += match.Shift
 	e.logger.Info("user agent calibration", "values", c.Summary(), "topic_words", len(topics.Words), "tone_words", len(topics.Tone),
-		"decisions", decisions, "sessions", len(fit), "learned_on", len(learn))
+		"decisions", decisions, "learned_on", len(learn), "length_match", match.Summary(), "length_match_error", err)
 	return ua.WithCalibration(c)
 }
 
