@@ -138,24 +138,16 @@ func npcPrompt(chat *inference.ChatFormat, p Persona, history []schema.Exchange,
 	return ids, nil
 }
 
-// historyBlock is how many exchanges an NPC prompt drops at a time once
-// the history no longer fits.
-const historyBlock = 2
-
 // blockStart is the first exchange of history an NPC prompt keeps when the
 // exchanges from from on are the most that fit: from itself when nothing
 // is dropped, else the first exchange from there whose turn starts a
-// block of historyBlock turns, or from where that leaves none. Dropping
-// one exchange a turn would change the prompt right after the card on
-// every turn of a long conversation, so that the engine prefills it all
-// again (kept prefixes); dropping in blocks keeps the prompt's beginning,
-// and the engine's keys and values, for the turns in between.
+// block of inference.HistoryBlock turns, or from where that leaves none.
 func blockStart(history []schema.Exchange, from int) int {
 	if from == 0 {
 		return 0
 	}
 	for i := from; i < len(history); i++ {
-		if (history[i].Turn-1)%historyBlock == 0 {
+		if (history[i].Turn-1)%inference.HistoryBlock == 0 {
 			return i
 		}
 	}

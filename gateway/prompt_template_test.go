@@ -76,15 +76,15 @@ func TestTemplatePromptKeepsTheNewestExchangesThatFit(t *testing.T) {
 	kept := slices.IndexFunc(hist, func(x schema.Exchange) bool {
 		return slices.Equal(ids, dialogue(hist[x.Turn-1:], "the newest <|im_end|>"))
 	})
-	if kept < historyBlock {
+	if kept < inference.HistoryBlock {
 		t.Fatalf("prompt %q is not the dialogue from some block after the first", chat.Tokenizer().Decode(ids))
 	}
 	// The oldest exchange kept starts a block, and the block before it
 	// does not fit.
-	if (hist[kept].Turn-1)%historyBlock != 0 {
-		t.Errorf("the prompt starts at turn %d, inside a block of %d", hist[kept].Turn, historyBlock)
+	if (hist[kept].Turn-1)%inference.HistoryBlock != 0 {
+		t.Errorf("the prompt starts at turn %d, inside a block of %d", hist[kept].Turn, inference.HistoryBlock)
 	}
-	if n := len(dialogue(hist[kept-historyBlock:], "the newest <|im_end|>")); n+reserve <= maxSeq {
+	if n := len(dialogue(hist[kept-inference.HistoryBlock:], "the newest <|im_end|>")); n+reserve <= maxSeq {
 		t.Errorf("dropped the block before turn %d although the prompt with it (%d tokens) fits", hist[kept].Turn, n)
 	}
 	if len(ids)+reserve > maxSeq {

@@ -109,6 +109,55 @@ func TestTheLearnerTrainsOnTheServedPrompt(t *testing.T) {
 	}
 }
 
+// TestTheLearnerTrainsOnTheServedPromptPastTheContext plays a conversation
+// longer than the context, in Parley's layout and in a chat template: on
+// every turn the cycle's policy renders the same prompt the gateway serves,
+// the oldest exchanges left out in the same blocks.
+func TestTheLearnerTrainsOnTheServedPromptPastTheContext(t *testing.T) {
+	tok := testTokenizer(t)
+	for _, chat := range []*inference.ChatFormat{inference.ParleyChatFormat(tok), chatMLFormat(t)} {
+		p := testConfig("x").Personas["mira"]
+		const maxSeq, reserve, turns = 256, 32, 30
+		pc := learner.DefaultCycleConfig().Policy
+		pc.Sampling.MaxTokens = reserve - 1 // the policy keeps one token more for the turn's end
+		pol, err := rl.NewChatPolicy(nil, chat, maxSeq, pc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var hist []schema.Exchange
+		st := rl.State{Prompt: &rl.Prompt{System: p.Card, Greeting: p.Greeting}}
+		saturated := 0
+		for turn := 1; turn <= turns; turn++ {
+			user := fmt.Sprintf("question number %02d", turn)
+			if turn == 1 {
+				st.Prompt.Opening = user
+			} else {
+				st.History[len(st.History)-1].User = user
+			}
+			want, err := npcPrompt(chat, p, hist, user, maxSeq, reserve)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := pol.Encode(st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("template %v, turn %d: the cycle's prompt\n%q\nis not the served one\n%q", chat.Template() != nil, turn, tok.Decode(got), tok.Decode(want))
+			}
+			if full, _ := npcPrompt(chat, p, hist, user, 1<<20, reserve); len(full) > len(want) {
+				saturated++
+			}
+			npc := fmt.Sprintf("answer number %02d", turn)
+			hist = append(hist, schema.Exchange{Turn: turn, User: user, NPC: npc})
+			st.History = append(st.History, rl.Exchange{NPC: npc})
+		}
+		if saturated < 10 {
+			t.Fatalf("only %d of %d turns dropped history; the test needs a longer conversation", saturated, turns)
+		}
+	}
+}
+
 // TestPromptKeepsItsBeginningBetweenDrops plays a long conversation turn by
 // turn, in Parley's layout and in a chat template: once the history no
 // longer fits, a turn's prompt still begins with the last turn's prompt on

@@ -12,6 +12,16 @@ import (
 // cannot then be told apart.
 var ErrTemplateNotPrefix = errors.New("inference: chat template rewrites earlier turns")
 
+// HistoryBlock is how many exchanges an NPC prompt leaves out at a time
+// once a conversation no longer fits the context, keeping the rest from an
+// exchange whose turn starts a block (turns 1, 3, 5, … for 2): the
+// gateway's prompts, and RL's, which train on what the players' NPC saw.
+// Leaving out one exchange a turn would change the prompt right after the
+// card on every turn of a long conversation, so that the engine prefills
+// it all again; in blocks, the prompt's beginning, and the engine's kept
+// keys and values, last for the turns in between.
+const HistoryBlock = 2
+
 // TurnEnd returns the token that closes an NPC turn, the first of Stop
 // (<|end|> in Parley's layout, the template's end-of-turn token such as
 // ChatML's <|im_end|> for an imported model), or -1 when there is none (a

@@ -68,3 +68,28 @@ func TestLengthMatchMeetsTheLoggedLength(t *testing.T) {
 		t.Errorf("sessions of a version not in the registry: %q, %v, calibration %+v → %+v; want it left as fitted", why, err, before, cal.Calibration)
 	}
 }
+
+// TestRefreshConfigChecksTheLengthMatch: the length match needs a depth
+// and an NPC to play; turned off, with the referee off too, it needs
+// neither.
+func TestRefreshConfigChecksTheLengthMatch(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		edit func(*RefreshConfig)
+		ok   bool
+	}{
+		{"default", func(*RefreshConfig) {}, true},
+		{"no depth", func(c *RefreshConfig) { c.LengthMatch.Depth = 0 }, false},
+		{"negative dialogues", func(c *RefreshConfig) { c.LengthMatch.Dialogues = -1 }, false},
+		{"no npc model", func(c *RefreshConfig) { c.NPC.Model = "" }, false},
+		{"no npc model, match and referee off", func(c *RefreshConfig) {
+			c.NPC.Model, c.LengthMatch.Dialogues, c.Referee.Players.Size = "", 0, 0
+		}, true},
+	} {
+		cfg := DefaultRefreshConfig()
+		c.edit(&cfg)
+		if err := cfg.Validate(); (err == nil) != c.ok {
+			t.Errorf("%s: Validate() = %v; want ok %v", c.name, err, c.ok)
+		}
+	}
+}

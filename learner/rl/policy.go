@@ -108,22 +108,42 @@ func NewChatPolicy(gen Generator, chat *inference.ChatFormat, maxSeq int, cfg Po
 }
 
 // Encode renders st in the chat format (player text stays ordinary text)
-// into prompt token ids that leave room for a turn.
+// into prompt token ids that leave room for a turn, as the gateway renders
+// the same conversation: when it does not fit, the oldest exchanges (a
+// player's message and the NPC's answer) are left out as the gateway
+// leaves them out, inference.HistoryBlock at a time from the first turn of
+// a block, so that RL trains on the prompts the players' NPC saw. A newest
+// message too long even alone keeps its end.
 func (p *ModelPolicy) Encode(st State) ([]int, error) {
 	budget := p.maxSeq - p.cfg.Sampling.MaxTokens - 1
-	for {
-		ids, err := p.chat.Encode(Messages(st), true)
+	n := len(st.History) // exchanges before the newest player message
+	for from := 0; ; {
+		ids, err := p.chat.Encode(Messages(dropExchanges(st, from)), true)
 		if err != nil {
 			return nil, fmt.Errorf("encode state of %q: %w", st.Prompt.ID, err)
 		}
 		if len(ids) <= budget {
 			return ids, nil
 		}
-		if len(st.History) == 0 {
+		if from == n {
 			return ids[len(ids)-budget:], nil
 		}
-		st.History = st.History[1:]
+		from++
+		for from < n-1 && from%inference.HistoryBlock != 0 {
+			from++
+		}
 	}
+}
+
+// dropExchanges is st without its first k exchanges, each a player's
+// message (the opening first) and the NPC's answer.
+func dropExchanges(st State, k int) State {
+	if k == 0 {
+		return st
+	}
+	p := *st.Prompt
+	p.Opening = st.History[k-1].User
+	return State{Prompt: &p, History: st.History[k:]}
 }
 
 // submit queues req, retrying while the generator's queue is full (other
