@@ -120,20 +120,31 @@ func gemv32(w, x []float32, in, panels int, y []float32) {
 //go:noescape
 func qkScoresAVX512(s, q, kt *float32, hd, stride, t int)
 
+// qkScoresAVX2: see qkScores (cpudecode_amd64.s).
+//
+//go:noescape
+func qkScoresAVX2(s, q, kt *float32, hd, stride, t int)
+
 // qkScores sets scores[t] = q·k_t for t < len(scores), kt the keys in
-// transposed tiles (keyAt): whole tiles as qkScoresGo, and with AVX-512
-// (while decodeWide allows it) a last partial tile sixteen positions at a
-// time, reading only the positions scored.
+// transposed tiles (keyAt): whole tiles as qkScoresGo, and a last partial
+// tile with AVX-512 (while decodeWide allows it) sixteen positions at a
+// time, else with AVX2 FMA eight at a time, reading only the positions
+// scored.
 func qkScores(scores, q, kt, next []float32) {
 	hd, T := len(q), len(scores)
 	t0 := T / kvTile * kvTile
-	if !cpu.X86.HasAVX512F || !decodeWide || hd == 0 || t0 == T {
+	wide := cpu.X86.HasAVX512F && decodeWide
+	if !wide && !hasAVX2FMA || hd == 0 || t0 == T {
 		qkScoresGo(scores, q, kt, next)
 		return
 	}
 	qkScoresGo(scores[:t0], q, kt, next)
 	_ = kt[t0*hd+(hd-1)*kvTile+T-t0-1]
-	qkScoresAVX512(&scores[t0], &q[0], &kt[t0*hd], hd, kvTile, T-t0)
+	if wide {
+		qkScoresAVX512(&scores[t0], &q[0], &kt[t0*hd], hd, kvTile, T-t0)
+	} else {
+		qkScoresAVX2(&scores[t0], &q[0], &kt[t0*hd], hd, kvTile, T-t0)
+	}
 }
 
 // gemm8x32RowsAVX512: see gemm8x32Rows (cpudecode_amd64.s).

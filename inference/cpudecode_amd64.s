@@ -433,6 +433,86 @@ qkstore:
 	RET
 
 
+// func qkScoresAVX2(s, q, kt *float32, hd, stride, t int)
+//
+// qkScoresAVX512 with AVX2 FMA: eight positions at a time, the last chunk
+// masked (VMASKMOVPS, whose masked-off lanes are neither read nor written)
+// so that no key past t is read and no score past t written.
+TEXT ·qkScoresAVX2(SB), NOSPLIT, $0-48
+	MOVQ s+0(FP), DI
+	MOVQ q+8(FP), SI
+	MOVQ kt+16(FP), AX
+	MOVQ hd+24(FP), R8
+	MOVQ stride+32(FP), DX
+	SHLQ $2, DX
+	MOVQ t+40(FP), R9
+	LEAQ qkMask<>(SB), R10
+	VMOVDQU (R10), Y6
+
+qk2chunk:
+	CMPQ R9, $8
+	JGE  qk2full
+	MOVQ $8, CX
+	SUBQ R9, CX
+	VMOVDQU (R10)(CX*4), Y6 // lanes below R9 set
+
+qk2full:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	MOVQ SI, R12
+	MOVQ AX, R13
+	MOVQ R8, BX
+	SHRQ $1, BX
+	JZ   qk2tail
+
+qk2pair:
+	VMASKMOVPS (R13), Y6, Y2
+	VMASKMOVPS (R13)(DX*1), Y6, Y3
+	VBROADCASTSS (R12), Y4
+	VBROADCASTSS 4(R12), Y5
+	VFMADD231PS Y2, Y4, Y0
+	VFMADD231PS Y3, Y5, Y1
+	ADDQ $8, R12
+	LEAQ (R13)(DX*2), R13
+	DECQ BX
+	JNZ  qk2pair
+
+qk2tail:
+	TESTQ $1, R8
+	JZ    qk2store
+	VMASKMOVPS (R13), Y6, Y2
+	VBROADCASTSS (R12), Y4
+	VFMADD231PS Y2, Y4, Y0
+
+qk2store:
+	VADDPS Y1, Y0, Y0
+	CMPQ   R9, $8
+	JL     qk2last
+	VMOVUPS Y0, (DI)
+	ADDQ   $32, DI
+	ADDQ   $32, AX
+	SUBQ   $8, R9
+	JG     qk2chunk
+	VZEROUPPER
+	RET
+
+qk2last:
+	VMASKMOVPS Y0, Y6, (DI)
+	VZEROUPPER
+	RET
+
+// qkMask is eight set lanes then eight clear: from 4·(8−r) bytes in, the
+// mask of the first r lanes.
+DATA qkMask<>+0(SB)/8, $0xffffffffffffffff
+DATA qkMask<>+8(SB)/8, $0xffffffffffffffff
+DATA qkMask<>+16(SB)/8, $0xffffffffffffffff
+DATA qkMask<>+24(SB)/8, $0xffffffffffffffff
+DATA qkMask<>+32(SB)/8, $0
+DATA qkMask<>+40(SB)/8, $0
+DATA qkMask<>+48(SB)/8, $0
+DATA qkMask<>+56(SB)/8, $0
+GLOBL qkMask<>(SB), RODATA|NOPTR, $64
+
 // func gemm8x32RowsAVX512(k int, a *float32, lda int, b, c *float32, ldc int)
 //
 // c[r][0:32] += Σ_{l<k} a[r·lda + l]·b[l][0:32] for r < 8, k ≥ 1: the

@@ -175,15 +175,29 @@ func TestGemv32MatchesGo(t *testing.T) {
 	}
 }
 
-// TestQKScoresMatchesNaive covers whole and partial tiles of positions,
-// odd head sizes, and a slot exactly as long as the positions read.
+// TestQKScoresMatchesNaive covers whole tiles of positions and partial
+// ones of every size, odd head sizes, and a slot exactly as long as the
+// positions read; no score past the positions is written.
 func TestQKScoresMatchesNaive(t *testing.T) {
 	forEachDecodeKernel(t, func(t *testing.T) {
 		rng := rand.New(rand.NewPCG(11, 12))
-		for _, tc := range []struct{ hd, length, n int }{{1, 1, 1}, {32, 128, 65}, {10, 40, 33}, {7, 16, 16}, {32, 96, 96}, {3, 50, 17}, {5, 200, 190}, {2, 64, 64}, {4, 130, 129}, {64, 100, 47}} {
+		cases := []struct{ hd, length, n int }{{1, 1, 1}, {32, 128, 65}, {10, 40, 33}, {7, 16, 16}, {32, 96, 96}, {3, 50, 17}, {5, 200, 190}, {2, 64, 64}, {4, 130, 129}, {64, 100, 47}}
+		for r := 1; r < kvTile; r++ {
+			cases = append(cases, struct{ hd, length, n int }{5 + r%2, kvTile + r, kvTile + r})
+		}
+		for _, tc := range cases {
 			q, kt := randSlice(rng, tc.hd), randSlice(rng, cacheSlot(tc.length, tc.hd))
-			got := make([]float32, (tc.n+31)/32*32)[:tc.n]
+			spare := make([]float32, (tc.n+31)/32*32)
+			for i := range spare {
+				spare[i] = -7
+			}
+			got := spare[:tc.n]
 			qkScores(got, q, kt, nil)
+			for i, v := range spare[tc.n:] {
+				if v != -7 {
+					t.Fatalf("hd=%d length=%d n=%d: wrote %g at %d, past the positions", tc.hd, tc.length, tc.n, v, tc.n+i)
+				}
+			}
 			for j := range tc.n {
 				var want float32
 				for d, x := range q {
@@ -619,5 +633,27 @@ func TestEngineConfigDecoder(t *testing.T) {
 	m := newTinyModel(t, 1)
 	if got := m.DefaultDecoder(); got != DecoderCPU {
 		t.Errorf("DefaultDecoder() on the go backend = %q; want %q", got, DecoderCPU)
+	}
+}
+
+// BenchmarkQKScores scores one head (hd 32) at every length from 33 to 64,
+// a whole tile and a partial one of each size, with qkScores and with
+// plain Go: go test -run - -bench QKScores -count 3 ./inference
+func BenchmarkQKScores(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	const hd, length = 32, 64
+	q, kt := randSlice(rng, hd), randSlice(rng, cacheSlot(length, hd))
+	scores := make([]float32, length)
+	for _, k := range []struct {
+		name   string
+		scores func(scores, q, kt, next []float32)
+	}{{"kernel", qkScores}, {"go", qkScoresGo}} {
+		b.Run(k.name, func(b *testing.B) {
+			for b.Loop() {
+				for n := kvTile + 1; n <= length; n++ {
+					k.scores(scores[:n], q, kt, nil)
+				}
+			}
+		})
 	}
 }
