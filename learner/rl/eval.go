@@ -49,12 +49,12 @@ type Outcome struct {
 // dialogue contributes its hazard at each exchange it played, not only its
 // 0/1 ending, so the estimate varies far less than the sampled mean length.
 func ExpectedLength(ds []Outcome, depth int) float64 {
-	return expectedLength(ds, nil, depth)
+	return expectedLength(ds, nil, depth, 0)
 }
 
-// expectedLength is ExpectedLength over ds[idx] (every dialogue when idx
+// expectedLength is ShiftedLength over ds[idx] (every dialogue when idx
 // is nil), each index counted as often as it appears.
-func expectedLength(ds []Outcome, idx []int, depth int) float64 {
+func expectedLength(ds []Outcome, idx []int, depth int, delta float64) float64 {
 	n := len(ds)
 	if idx != nil {
 		n = len(idx)
@@ -65,20 +65,33 @@ func expectedLength(ds []Outcome, idx []int, depth int) float64 {
 		}
 		return ds[i]
 	}
+	weight := make([]float64, n)
+	for i := range weight {
+		weight[i] = 1
+	}
 	survive, e := 1.0, 0.0
 	for k := range depth {
 		e += survive
-		sum, reached := 0.0, 0
+		sum, total := 0.0, 0.0
 		for i := range n {
-			if h := at(i).Hazards; len(h) > k {
-				sum += h[k]
-				reached++
+			h := at(i).Hazards
+			if len(h) <= k || weight[i] == 0 {
+				continue
+			}
+			p := h[k]
+			q := shiftHazard(p, delta)
+			sum += weight[i] * q
+			total += weight[i]
+			if p < 1 {
+				weight[i] *= (1 - q) / (1 - p)
+			} else {
+				weight[i] = 0 // ended surely at δ = 0: nothing past k to weigh
 			}
 		}
-		if reached == 0 {
+		if total == 0 {
 			break
 		}
-		survive *= 1 - sum/float64(reached)
+		survive *= 1 - sum/total
 	}
 	return e
 }
@@ -285,7 +298,7 @@ func Compare(arm, base [][]Outcome, depth int, cfg BootstrapConfig) (Comparison,
 			if len(idx) == 0 {
 				continue
 			}
-			d += expectedLength(arm[s], idx, depth) - expectedLength(base[s], idx, depth)
+			d += expectedLength(arm[s], idx, depth, 0) - expectedLength(base[s], idx, depth, 0)
 			n++
 		}
 		return d / float64(max(n, 1))

@@ -88,34 +88,7 @@ func MatchLength(ds []Outcome, depth int, target float64) (float64, error) {
 // them, so the dialogues played at δ = 0 stand in for those at any δ
 // (importance sampling). At δ = 0 it is ExpectedLength.
 func ShiftedLength(ds []Outcome, depth int, delta float64) float64 {
-	weight := make([]float64, len(ds))
-	for i := range weight {
-		weight[i] = 1
-	}
-	survive, e := 1.0, 0.0
-	for k := range depth {
-		e += survive
-		sum, total := 0.0, 0.0
-		for i, d := range ds {
-			if len(d.Hazards) <= k || weight[i] == 0 {
-				continue
-			}
-			p := d.Hazards[k]
-			q := shiftHazard(p, delta)
-			sum += weight[i] * q
-			total += weight[i]
-			if p < 1 {
-				weight[i] *= (1 - q) / (1 - p)
-			} else {
-				weight[i] = 0 // ended surely at δ = 0: nothing past k to weigh
-			}
-		}
-		if total == 0 {
-			break
-		}
-		survive *= 1 - sum/total
-	}
-	return e
+	return expectedLength(ds, nil, depth, delta)
 }
 
 // shiftHazard moves the hazard p = EndProbability(P_T, 1) to the one of
