@@ -384,16 +384,13 @@ func (c *Cycle) RunOnce(ctx context.Context) (*CycleResult, error) {
 	c.logger.Info("at-grpo cycle", "parent", parent, "user_agent", uaVersion, "steps", c.cfg.RL.Steps,
 		"train_prompts", len(pool), "held_out_prompts", len(held))
 
-	model, tok, _, err := inference.LoadCheckpoint(reg.Dir(c.cfg.Model, parent), c.cfg.Backend)
-	if err != nil {
-		return nil, fmt.Errorf("at-grpo cycle: %w", err)
-	}
 	// An imported parent is prompted in its chat template, and the
 	// candidate carries the template on.
-	chat, err := inference.LoadChatFormat(reg.Dir(c.cfg.Model, parent), tok)
+	model, chat, _, err := loadChatModel(reg.Dir(c.cfg.Model, parent), c.cfg.Backend)
 	if err != nil {
 		return nil, fmt.Errorf("at-grpo cycle: %w", err)
 	}
+	tok := chat.Tokenizer()
 	hf, err := inference.ReadHFFiles(reg.Dir(c.cfg.Model, parent))
 	if err != nil {
 		return nil, fmt.Errorf("at-grpo cycle: %w", err)
@@ -512,7 +509,7 @@ func (c *Cycle) RunOnce(ctx context.Context) (*CycleResult, error) {
 	// not rank is not sent to players, unless the ground-truth players
 	// themselves gain from it.
 	if res.Published && c.cfg.Referee != nil {
-		rep, pass, why, err := c.cfg.Referee.JudgeModel(ctx, model, tok, "candidate", uaVersion, ds)
+		rep, pass, why, err := c.cfg.Referee.JudgeModel(ctx, model, chat, "candidate", uaVersion, ds)
 		if err != nil {
 			return nil, fmt.Errorf("at-grpo cycle: the candidate's referee: %w", err)
 		}
@@ -798,6 +795,21 @@ func addCurves(dir string, cv schema.Curves) error {
 		return err
 	}
 	return atomicfile.Write(mpath, append(out, '\n'), 0o644)
+}
+
+// loadChatModel loads the model version in dir as the gateway serves it:
+// its weights, its chat format (an imported model's template, else
+// Parley's layout) and its manifest.
+func loadChatModel(dir string, backend inference.BackendConfig) (*inference.Model, *inference.ChatFormat, schema.Manifest, error) {
+	m, tok, man, err := inference.LoadCheckpoint(dir, backend)
+	if err != nil {
+		return nil, nil, schema.Manifest{}, err
+	}
+	chat, err := inference.LoadChatFormat(dir, tok)
+	if err != nil {
+		return nil, nil, schema.Manifest{}, err
+	}
+	return m, chat, man, nil
 }
 
 // cycleEngine serves m in chat's format with room for whole tree levels of

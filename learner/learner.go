@@ -186,11 +186,7 @@ func EvaluateModel(ctx context.Context, dir string, dialogues []schema.Dialogue,
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	m, tok, man, err := inference.LoadCheckpoint(dir, opts.Backend)
-	if err != nil {
-		return Metrics{}, err
-	}
-	chat, err := inference.LoadChatFormat(dir, tok)
+	m, chat, man, err := loadChatModel(dir, opts.Backend)
 	if err != nil {
 		return Metrics{}, err
 	}
@@ -205,5 +201,5 @@ func EvaluateModel(ctx context.Context, dir string, dialogues []schema.Dialogue,
 	ev := evaluator{role: opts.Role, cfg: opts.Eval, ua: ua,
 		prompt: npcPrompt{cards: opts.NPCCards, defaultCard: opts.DefaultCard, chat: chat},
 		risks:  simulator.TrainingRisks(train, opts.MaxTurns), logger: logger}
-	return ev.evaluate(ctx, m, tok, heldOut, byPlayer(heldOut))
+	return ev.evaluate(ctx, m, chat.Tokenizer(), heldOut, byPlayer(heldOut))
 }

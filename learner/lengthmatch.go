@@ -59,11 +59,7 @@ func (r *refresher) matchLength(ctx context.Context, m *inference.Model, tok *in
 		lengths[i] = len(d.Exchanges)
 	}
 
-	nm, ntok, _, err := inference.LoadCheckpoint(dir, sft.Backend)
-	if err != nil {
-		return "", fmt.Errorf("length match: %w", err)
-	}
-	chat, err := inference.LoadChatFormat(dir, ntok)
+	nm, chat, _, err := loadChatModel(dir, sft.Backend)
 	if err != nil {
 		return "", fmt.Errorf("length match: %w", err)
 	}

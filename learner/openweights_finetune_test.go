@@ -421,3 +421,59 @@ func maxDiff(a, b []float32) float64 {
 	}
 	return d
 }
+
+// TestOpenWeightsCycleRefereed runs the AT-GRPO cycle from an imported
+// Qwen2 NPC with the referee gate on: the referee prompts the NPC's turns in
+// the import's chat template, as the gateway serves it, both for the parent
+// before RL and for the candidate after it (in Parley's layout the import's
+// tokenizer, which has none of Parley's control tokens, cannot encode a
+// prompt at all), and the cycle publishes npc/v2.
+func TestOpenWeightsCycleRefereed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains a user agent and runs a cycle: skipped in -short")
+	}
+	ctx := context.Background()
+	const players, corpusSeed = 12, 5
+	ds := generatedCorpus(t, players, 4, 4, corpusSeed)
+	root := filepath.Join(t.TempDir(), "registry")
+	importQwen(t, root, "npc", ds)
+	ua := tinySFTConfig(t, RoleUser)
+	ua.Registry, ua.Version = root, "v1"
+	if res, err := TrainSFT(ctx, ua, ds, nil); err != nil || !res.Published {
+		t.Fatalf("train user-agent v1: published %v, %v", res != nil && res.Published, err)
+	}
+	store, err := OpenStore(filepath.Join(t.TempDir(), "sessions"), 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	if _, err := store.Append(ds); err != nil {
+		t.Fatal(err)
+	}
+	cfg := tinyCycleConfig()
+	cfg.DefaultCard = shortCard
+	cfg.Players = simulator.DefaultCorpusConfig().Population
+	cfg.Players.Size, cfg.PlayersSeed = players, corpusSeed
+	cfg.Referee = cycleReferee(t, cfg, root, looseRefereeThresholds(), nil)
+	cfg.Referee.npc.DefaultCard = shortCard
+	c, err := NewCycle(cfg, store, root, t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.RunOnce(ctx)
+	if err != nil {
+		t.Fatalf("RunOnce: %v", err)
+	}
+	if v := res.Referee; v == nil || !v.Passed || v.NPC != "v1" || v.Report == nil || v.Report.Groups == 0 {
+		t.Errorf("referee verdict %+v; want user agent v1 passed as the referee of the imported npc v1, with its report", v)
+	}
+	if v := res.CandidateReferee; v == nil || !v.Passed || v.Report == nil || v.Report.Groups == 0 {
+		t.Errorf("candidate's referee verdict %+v; want passed, with its report", v)
+	}
+	if !res.Published || res.Version != "v2" {
+		t.Fatalf("cycle published %v as %q; want npc/v2", res.Published, res.Version)
+	}
+	if _, chat := loadVersion(t, filepath.Join(root, "npc", "v2")); chat.Template() == nil {
+		t.Errorf("npc/v2 lost the import's chat template")
+	}
+}

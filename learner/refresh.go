@@ -648,11 +648,11 @@ func (r *refresher) gate(parent string, window []schema.Dialogue, found *gateFin
 			r.logger.Warn("user-agent referee skipped: no NPC version writes the siblings", "npc_model", r.cfg.NPC.Model)
 			return GateVerdict{Publish: true, Reason: why + "; referee skipped: no " + r.cfg.NPC.Model + " version", Metrics: metrics, Files: files}, nil
 		}
-		nm, ntok, err := g.loadNPC(npc)
+		nm, chat, err := g.loadNPC(npc)
 		if err != nil {
 			return GateVerdict{}, err
 		}
-		j, err := g.sample(ctx, nm, ntok, window)
+		j, err := g.sample(ctx, nm, chat, window)
 		if err != nil {
 			return GateVerdict{}, err
 		}
@@ -762,17 +762,18 @@ func newRefereeGate(cfg RefreshConfig, root string, logger *slog.Logger) *Refere
 // and says whether it passes the thresholds; window's dialogues of the
 // held-out players give its style demos.
 func (g *RefereeGate) Judge(ctx context.Context, npc, ua string, window []schema.Dialogue) (rep *rl.RefereeReport, pass bool, reason string, err error) {
-	m, tok, err := g.loadNPC(npc)
+	m, chat, err := g.loadNPC(npc)
 	if err != nil {
 		return nil, false, "", err
 	}
-	return g.JudgeModel(ctx, m, tok, npc, ua, window)
+	return g.JudgeModel(ctx, m, chat, npc, ua, window)
 }
 
-// JudgeModel is Judge on sibling groups written by the NPC model m, which
-// need not be published (the cycle's candidate); npc names it in the log.
-func (g *RefereeGate) JudgeModel(ctx context.Context, m *inference.Model, tok *inference.Tokenizer, npc, ua string, window []schema.Dialogue) (rep *rl.RefereeReport, pass bool, reason string, err error) {
-	j, err := g.sample(ctx, m, tok, window)
+// JudgeModel is Judge on sibling groups written by the NPC model m,
+// prompted in chat, which need not be published (the cycle's candidate);
+// npc names it in the log.
+func (g *RefereeGate) JudgeModel(ctx context.Context, m *inference.Model, chat *inference.ChatFormat, npc, ua string, window []schema.Dialogue) (rep *rl.RefereeReport, pass bool, reason string, err error) {
+	j, err := g.sample(ctx, m, chat, window)
 	if err != nil {
 		return nil, false, "", err
 	}
@@ -807,7 +808,7 @@ type referee struct {
 	cfg    RefereeGateConfig
 	npc    NPCPlayConfig
 	eng    *inference.Engine
-	tok    *inference.Tokenizer
+	chat   *inference.ChatFormat
 	maxSeq int
 	sample *rl.RefereeSample
 	began  time.Time
@@ -815,26 +816,26 @@ type referee struct {
 }
 
 // loadNPC loads the published NPC version npc, whose turns the referee
-// samples.
-func (g *RefereeGate) loadNPC(npc string) (*inference.Model, *inference.Tokenizer, error) {
-	m, tok, _, err := inference.LoadCheckpoint(filepath.Join(g.registry, g.npc.Model, npc), g.sft.Backend)
+// samples, and the chat format the gateway prompts it in.
+func (g *RefereeGate) loadNPC(npc string) (*inference.Model, *inference.ChatFormat, error) {
+	m, chat, _, err := loadChatModel(filepath.Join(g.registry, g.npc.Model, npc), g.sft.Backend)
 	if err != nil {
 		return nil, nil, fmt.Errorf("referee: %w", err)
 	}
-	return m, tok, nil
+	return m, chat, nil
 }
 
-// sample serves the NPC model m and samples the referee's groups and real
-// dialogues on the held-out personas, whose dialogues in window give the
-// user agent its style demos.
-func (g *RefereeGate) sample(ctx context.Context, m *inference.Model, tok *inference.Tokenizer, window []schema.Dialogue) (*referee, error) {
+// sample serves the NPC model m in chat and samples the referee's groups
+// and real dialogues on the held-out personas, whose dialogues in window
+// give the user agent its style demos.
+func (g *RefereeGate) sample(ctx context.Context, m *inference.Model, chat *inference.ChatFormat, window []schema.Dialogue) (*referee, error) {
 	rc := g.cfg
 	j := &referee{cfg: rc, npc: g.npc, began: time.Now()}
-	eng, stop, err := cycleEngine(m, inference.ParleyChatFormat(tok), g.logger)
+	eng, stop, err := cycleEngine(m, chat, g.logger)
 	if err != nil {
 		return nil, fmt.Errorf("referee: %w", err)
 	}
-	j.eng, j.tok, j.maxSeq, j.stop = eng, tok, m.Config().MaxSeq, stop
+	j.eng, j.chat, j.maxSeq, j.stop = eng, chat, m.Config().MaxSeq, stop
 	pop, err := simulator.NewPopulation(rc.Players, rc.PlayersSeed)
 	if err != nil {
 		stop()
@@ -855,7 +856,7 @@ func (g *RefereeGate) sample(ctx context.Context, m *inference.Model, tok *infer
 // policy is the NPC's policy, sampling with the same seeds at every call,
 // so every user agent's dialogues open with the same NPC turns.
 func (j *referee) policy() (*rl.ModelPolicy, error) {
-	return rl.NewModelPolicy(j.eng, j.tok, j.maxSeq, j.npc.Policy)
+	return rl.NewChatPolicy(j.eng, j.chat, j.maxSeq, j.npc.Policy)
 }
 
 // judge measures the user agent ua on the sample.
