@@ -732,7 +732,8 @@ func refereeAttrs(rep *rl.RefereeReport) []any {
 		return nil
 	}
 	return []any{"kendall_tau", rep.KendallTau, "kendall_tau_ci_low", rep.KendallTauCILow, "kendall_tau_ci_high", rep.KendallTauCIHigh,
-		"pearson", rep.Pearson, "pearson_within", rep.PearsonWithin, "sim_real_avg_l", rep.SimRealAvgL, "sim_avg_l", rep.SimAvgL, "real_avg_l", rep.RealAvgL}
+		"pearson", rep.Pearson, "pearson_within", rep.PearsonWithin, "sim_real_avg_l", rep.SimRealAvgL, "sim_avg_l", rep.SimAvgL, "real_avg_l", rep.RealAvgL,
+		"sim_real_exp_l", rep.SimRealExpL}
 }
 
 // RefereeGate measures published user agents against the hidden hazard of

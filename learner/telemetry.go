@@ -106,6 +106,7 @@ func (l *Learner) RegisterMetrics(meter metric.Meter) (metric.Registration, erro
 				}{
 					{"kendall_tau", side.rep.KendallTau}, {"kendall_tau_ci_low", side.rep.KendallTauCILow},
 					{"kendall_tau_ci_high", side.rep.KendallTauCIHigh}, {"pearson", side.rep.Pearson}, {"sim_real_avg_l", side.rep.SimRealAvgL},
+					{"sim_real_exp_l", side.rep.SimRealExpL},
 				} {
 					o.ObserveFloat64(gate, v.value, metric.WithAttributes(attribute.String("stat", v.stat), attribute.String("side", side.name)))
 				}

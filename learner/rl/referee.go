@@ -117,10 +117,16 @@ type RefereeReport struct {
 	HazardWithinShare float64 `json:"hazard_within_share"`
 	// SimRealAvgL is SimAvgL/RealAvgL: the mean exchange length of the
 	// policy's dialogues against the user agent over that against the
-	// players, from the same openings.
+	// players, from the same openings. SimRealExpL is the same ratio of
+	// expected lengths (ExpectedLength of each side's hazards), which
+	// leaves out the noise of the termination draws; it is reported, and
+	// the gate reads SimRealAvgL.
 	SimRealAvgL float64 `json:"sim_real_avg_l"`
 	SimAvgL     float64 `json:"sim_avg_l"`
 	RealAvgL    float64 `json:"real_avg_l"`
+	SimRealExpL float64 `json:"sim_real_exp_l"`
+	SimExpL     float64 `json:"sim_exp_l"`
+	RealExpL    float64 `json:"real_exp_l"`
 	// Groups were sampled; RankedGroups of them have a defined τ-b (at
 	// least two distinct values on each side) and make up KendallTau.
 	Groups       int `json:"groups"`
@@ -153,8 +159,8 @@ func (r RefereeReport) Pass(prev *RefereeReport, th RefereeThresholds) (ok bool,
 	if len(fails) > 0 {
 		return false, "referee: " + strings.Join(fails, "; ")
 	}
-	return true, fmt.Sprintf("referee: τ %.3f [%.3f, %.3f], Pearson %.3f, sim/real Avg.L %.3f",
-		r.KendallTau, r.KendallTauCILow, r.KendallTauCIHigh, r.Pearson, r.SimRealAvgL)
+	return true, fmt.Sprintf("referee: τ %.3f [%.3f, %.3f], Pearson %.3f, sim/real Avg.L %.3f (Exp.L %.3f)",
+		r.KendallTau, r.KendallTauCILow, r.KendallTauCIHigh, r.Pearson, r.SimRealAvgL, r.SimRealExpL)
 }
 
 // EndScorer is an Environment that can give the termination probability
@@ -197,12 +203,14 @@ type SiblingGroup struct {
 }
 
 // RefereeSample is what the referee judges user agents on: the sibling
-// groups and the openings of the Avg.L dialogues with their real length.
-// Judging several user agents on one sample pairs their reports.
+// groups and the openings of the Avg.L dialogues with their real length,
+// sampled and expected. Judging several user agents on one sample pairs
+// their reports.
 type RefereeSample struct {
 	Groups   []SiblingGroup
 	Openings []Prompt
 	RealAvgL float64
+	RealExpL float64
 	cfg      RefereeConfig
 }
 
@@ -256,7 +264,7 @@ func SampleReferee(ctx context.Context, cfg RefereeConfig, policy Policy, player
 	if err != nil {
 		return nil, fmt.Errorf("sample referee: real dialogues: %w", err)
 	}
-	s.RealAvgL = real.AvgL
+	s.RealAvgL, s.RealExpL = real.AvgL, real.ExpL
 	return s, nil
 }
 
@@ -375,6 +383,10 @@ func (s *RefereeSample) Judge(ctx context.Context, policy Policy, ua Environment
 	rep.SimAvgL, rep.RealAvgL = sim.AvgL, s.RealAvgL
 	if s.RealAvgL > 0 {
 		rep.SimRealAvgL = sim.AvgL / s.RealAvgL
+	}
+	rep.SimExpL, rep.RealExpL = sim.ExpL, s.RealExpL
+	if s.RealExpL > 0 {
+		rep.SimRealExpL = sim.ExpL / s.RealExpL
 	}
 	return rep, nil
 }

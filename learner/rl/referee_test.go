@@ -162,6 +162,11 @@ func TestJudgeHandComputed(t *testing.T) {
 		{"pearson_within", rep.PearsonWithin, math.Sqrt(0.0475 / 0.0675)}, {"pearson_between", rep.PearsonBetween, 0},
 		{"hazard_within_share", rep.HazardWithinShare, 1},
 		{"sim_real_avg_l", rep.SimRealAvgL, 0.25}, {"sim_avg_l", rep.SimAvgL, 1}, {"real_avg_l", rep.RealAvgL, 4},
+		// Expected lengths: the players' two dialogues get the turns "p=0.1"
+		// and "p=0.2" at every exchange, so h̄ is 0.15 over four; the user
+		// agent's p is 0.5 after the first turn, which ends both.
+		{"real_exp_l", rep.RealExpL, 1 + 0.85 + 0.85*0.85 + 0.85*0.85*0.85}, {"sim_exp_l", rep.SimExpL, 1.5},
+		{"sim_real_exp_l", rep.SimRealExpL, 1.5 / (1 + 0.85 + 0.85*0.85 + 0.85*0.85*0.85)},
 	} {
 		if math.Abs(v.got-v.want) > 1e-12 {
 			t.Errorf("%s = %v; want %v", v.name, v.got, v.want)

@@ -202,10 +202,10 @@ func writeAcceptance(w io.Writer, a *Acceptance) {
 		fmt.Fprintf(w, "Referee gate: not measured by this run (null in results.json).\n\n")
 	} else {
 		fmt.Fprintf(w, "Referee gate before any RL (%d sibling groups, %d ranked, %d dialogues): Kendall τ-b %.3f [%.3f, %.3f], "+
-			"Pearson %.3f (within groups %.3f), simulated/real Avg.L %.2f/%.2f = %.3f; pass: %v (%s). "+
+			"Pearson %.3f (within groups %.3f), simulated/real Avg.L %.2f/%.2f = %.3f (expected lengths %.2f/%.2f = %.3f); pass: %v (%s). "+
 			"%.0f %% of the players' hazard varies within the groups.\n\n",
 			r.Groups, r.RankedGroups, r.Dialogues, r.KendallTau, r.KendallTauCILow, r.KendallTauCIHigh,
-			r.Pearson, r.PearsonWithin, r.SimAvgL, r.RealAvgL, r.SimRealAvgL, r.Pass, r.Reason, 100*r.HazardWithinShare)
+			r.Pearson, r.PearsonWithin, r.SimAvgL, r.RealAvgL, r.SimRealAvgL, r.SimExpL, r.RealExpL, r.SimRealExpL, r.Pass, r.Reason, 100*r.HazardWithinShare)
 	}
 	fmt.Fprintf(w, "RL against SFT only on the held-out players, paired dialogue by dialogue within each seed; "+
 		"%.0f %% intervals from %d bootstrap resamples of the players. Pass: Δ Avg.L ≥ %+.2f, CI low > 0, every seed "+

@@ -434,7 +434,7 @@ func (e *env) refereeGate(ctx context.Context, npcDir string, prev, ua *simulato
 	}
 	ok, why := rep.Pass(before, rl.DefaultRefereeThresholds())
 	e.logger.Info("referee gate", "npc", npcDir, "kendall_tau", rep.KendallTau, "kendall_tau_ci_low", rep.KendallTauCILow,
-		"pearson", rep.Pearson, "sim_real_avg_l", rep.SimRealAvgL, "pass", ok)
+		"pearson", rep.Pearson, "sim_real_avg_l", rep.SimRealAvgL, "sim_real_exp_l", rep.SimRealExpL, "pass", ok)
 	return &RefereeGate{RefereeReport: rep, Pass: ok, Reason: why}, before, nil
 }
 
