@@ -20,7 +20,7 @@ func (p npcPrompt) format(tok *inference.Tokenizer) *inference.ChatFormat {
 // greeting.
 func (p npcPrompt) messages(d schema.Dialogue, first, k int) []inference.Message {
 	msgs := []inference.Message{{Role: inference.RoleSystem, Text: p.card(d.NPCID)}}
-	if p.cards[d.NPCID] == "" && p.greeting != "" {
+	if p.greeting != "" {
 		msgs = append(msgs, inference.Message{Role: inference.RoleNPC, Text: p.greeting})
 	}
 	for _, x := range d.Exchanges[first:k] {
@@ -30,22 +30,12 @@ func (p npcPrompt) messages(d schema.Dialogue, first, k int) []inference.Message
 }
 
 // instance is the whole dialogue in the chat format with loss on the NPC
-// turns (their text and end-of-turn token; ChatFormat.EncodeDialogue) but
-// the greeting, which the gateway writes and the model never does, cut to
-// maxSeq tokens.
+// turns (their text and end-of-turn token; ChatFormat.EncodeDialogue), cut
+// to maxSeq tokens.
 func (p npcPrompt) instance(tok *inference.Tokenizer, d schema.Dialogue, maxSeq int) (instance, error) {
-	f := p.format(tok)
-	msgs := p.messages(d, 0, len(d.Exchanges))
-	ids, ws, err := f.EncodeDialogue(msgs)
+	ids, ws, err := p.format(tok).EncodeDialogue(p.messages(d, 0, len(d.Exchanges)))
 	if err != nil {
 		return instance{}, err
-	}
-	if len(msgs) > 1 && msgs[1].Role == inference.RoleNPC { // the greeting
-		head, err := f.Encode(msgs[:2], false)
-		if err != nil {
-			return instance{}, err
-		}
-		clear(ws[:min(len(head), len(ws))])
 	}
 	return instance{tokens: ids, weights: ws}.truncate(maxSeq), nil
 }

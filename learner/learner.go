@@ -154,23 +154,22 @@ func (l *Learner) RefreshNow(ctx context.Context) (*SFTResult, error) {
 // EvalOptions says how `parley eval` evaluates a model: on the held-out
 // players of a corpus under the same split as training.
 type EvalOptions struct {
-	Role            Role                      `json:"role"`
-	HeldOutShare    float64                   `json:"held_out_share"`
-	Seed            uint64                    `json:"seed"`
-	MaxTurns        int                       `json:"max_turns"`
-	Eval            EvalConfig                `json:"eval"`
-	UserAgent       simulator.UserAgentConfig `json:"user_agent"`
-	NPCCards        map[string]string         `json:"npc_cards,omitempty"`
-	DefaultCard     string                    `json:"default_card"`
-	DefaultGreeting string                    `json:"default_greeting"`
-	Backend         inference.BackendConfig   `json:"backend"`
+	Role         Role                      `json:"role"`
+	HeldOutShare float64                   `json:"held_out_share"`
+	Seed         uint64                    `json:"seed"`
+	MaxTurns     int                       `json:"max_turns"`
+	Eval         EvalConfig                `json:"eval"`
+	UserAgent    simulator.UserAgentConfig `json:"user_agent"`
+	NPCCards     map[string]string         `json:"npc_cards,omitempty"`
+	DefaultCard  string                    `json:"default_card"`
+	Backend      inference.BackendConfig   `json:"backend"`
 }
 
 // EvalOptionsFrom takes the evaluation settings of an SFT configuration,
 // so that a model is evaluated on the players it was not trained on.
 func EvalOptionsFrom(c SFTConfig) EvalOptions {
 	return EvalOptions{Role: c.Role, HeldOutShare: c.HeldOutShare, Seed: c.Seed, MaxTurns: c.MaxTurns, Eval: c.Eval,
-		UserAgent: c.UserAgent, NPCCards: c.NPCCards, DefaultCard: c.DefaultCard, DefaultGreeting: c.DefaultGreeting, Backend: c.Backend}
+		UserAgent: c.UserAgent, NPCCards: c.NPCCards, DefaultCard: c.DefaultCard, Backend: c.Backend}
 }
 
 // EvaluateModel loads the registry version in dir (checksums verified) and
@@ -200,7 +199,7 @@ func EvaluateModel(ctx context.Context, dir string, dialogues []schema.Dialogue,
 		return Metrics{}, err
 	}
 	ev := evaluator{role: opts.Role, cfg: opts.Eval, ua: ua,
-		prompt: npcPrompt{cards: opts.NPCCards, defaultCard: opts.DefaultCard, greeting: opts.DefaultGreeting, chat: chat},
+		prompt: npcPrompt{cards: opts.NPCCards, defaultCard: opts.DefaultCard, chat: chat},
 		risks:  simulator.TrainingRisks(train, opts.MaxTurns), logger: logger}
 	return ev.evaluate(ctx, m, chat.Tokenizer(), heldOut, byPlayer(heldOut))
 }

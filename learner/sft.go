@@ -95,12 +95,9 @@ type SFTConfig struct {
 	// the hazard, so no product path sets it, and no config file can.
 	SoftLabelDiagnostic HiddenHazards `json:"-"`
 	// NPCCards maps an NPC id to its persona card, the system turn of its
-	// dialogues (RoleNPC); others get DefaultCard, and DefaultGreeting as
-	// the NPC's first turn after it: the gateway's default persona, which
-	// greets the player before the first exchange (empty for none).
-	NPCCards        map[string]string `json:"npc_cards,omitempty"`
-	DefaultCard     string            `json:"default_card"`
-	DefaultGreeting string            `json:"default_greeting"`
+	// dialogues (RoleNPC); others get DefaultCard.
+	NPCCards    map[string]string `json:"npc_cards,omitempty"`
+	DefaultCard string            `json:"default_card"`
 	// Eval sizes the held-out evaluation before and after training;
 	// SkipEvalBefore leaves out the first one.
 	Eval           EvalConfig `json:"eval"`
@@ -130,9 +127,9 @@ type SFTConfig struct {
 // 16, 300 steps, learning rate 1e-3 with 10 % warm-up then constant, a
 // checkpoint every 50 steps, 20 % of the players held out.
 func DefaultSFTConfig(role Role) SFTConfig {
-	model, greeting := "npc", inference.CompanionGreeting
+	model := "npc"
 	if role == RoleUser {
-		model, greeting = "user-agent", ""
+		model = "user-agent"
 	}
 	tc := inference.DefaultTrainConfig()
 	tc.WarmupSteps = 0
@@ -142,8 +139,7 @@ func DefaultSFTConfig(role Role) SFTConfig {
 		Steps: 300, BatchSize: 16, CheckpointEvery: 50, KeepCheckpoints: 2,
 		HeldOutShare: 0.2, Seed: 1, MaxTurns: 10,
 		UserAgent: simulator.DefaultUserAgentConfig(), DecisionWeight: 20, DefaultCard: DefaultNPCCard,
-		DefaultGreeting: greeting,
-		Eval:            DefaultEvalConfig(),
+		Eval: DefaultEvalConfig(),
 	}
 }
 
@@ -271,7 +267,7 @@ func TrainSFT(ctx context.Context, cfg SFTConfig, dialogues []schema.Dialogue, l
 	if err != nil {
 		return nil, fmt.Errorf("train sft: %w", err)
 	}
-	prompt := cfg.npcPrompt(chat)
+	prompt := npcPrompt{cards: cfg.NPCCards, defaultCard: cfg.DefaultCard, chat: chat}
 	risks := simulator.TrainingRisks(train, cfg.MaxTurns)
 	insts, err := buildInstances(cfg.Role, tok, cfg.UserAgent, prompt, train, risks, m.Config().MaxSeq, float32(cfg.DecisionWeight), cfg.SoftLabelDiagnostic)
 	if err != nil {
@@ -408,9 +404,6 @@ func startingModel(ctx context.Context, cfg SFTConfig, runDir string, ckpt *chec
 		}
 	} else {
 		texts := []string{cfg.DefaultCard, cfg.UserAgent.DemoHeader, cfg.UserAgent.CurrentHeader, "[End Risk: 0.00]"}
-		if cfg.DefaultGreeting != "" {
-			texts = append(texts, cfg.DefaultGreeting)
-		}
 		for _, c := range cfg.NPCCards {
 			texts = append(texts, c)
 		}

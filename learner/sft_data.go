@@ -49,19 +49,12 @@ const DefaultNPCCard = inference.CompanionCard
 type npcPrompt struct {
 	cards       map[string]string
 	defaultCard string
-	// greeting is the NPC's first turn after the default card, as the
-	// gateway serves its default persona; an NPC with a card of its own
-	// gets none, and neither does any when it is empty.
+	// greeting is the NPC's first turn after the card, as the gateway
+	// serves it; empty for none (SFT's dialogues have none).
 	greeting string
 	// chat is the model's chat format (an imported model's template); nil
 	// means Parley's layout on the tokenizer at hand.
 	chat *inference.ChatFormat
-}
-
-// npcPrompt is how c lays out the NPC's dialogues in chat, for training
-// and for the held-out evaluation.
-func (c SFTConfig) npcPrompt(chat *inference.ChatFormat) npcPrompt {
-	return npcPrompt{cards: c.NPCCards, defaultCard: c.DefaultCard, greeting: c.DefaultGreeting, chat: chat}
 }
 
 func (p npcPrompt) card(npcID string) string {

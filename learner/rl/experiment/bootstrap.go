@@ -160,7 +160,6 @@ func sftConfig(p Profile, role learner.Role, dataDir string, maxSeq int) learner
 	c := learner.DefaultSFTConfig(role)
 	c.DataDir = dataDir
 	c.DefaultCard = Card
-	c.DefaultGreeting = "" // the experiment's layout: RL and evaluation prompt with no greeting
 	c.Arch = p.Model
 	c.Arch.MaxSeq = maxSeq
 	c.VocabSize = p.VocabSize
