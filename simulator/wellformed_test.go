@@ -10,6 +10,7 @@ func TestVocabularyCheck(t *testing.T) {
 	vocab := CorpusVocabulary([]schema.Dialogue{{Exchanges: []schema.Exchange{
 		{User: "hey there. i love fishing at the lake!!", NPC: "Ah, fishing! So it's fishing for you. What got you into bait?"},
 		{User: "yeah, my dad... u know", NPC: "Hmm? Wait, don't rush off! Well-known spots are near the old mill."},
+		{User: "the lake", NPC: "You know the lake."},
 	}}})
 	tests := []struct {
 		name  string
@@ -18,9 +19,14 @@ func TestVocabularyCheck(t *testing.T) {
 	}{
 		{"statement and question", "Ah, fishing! What got you into bait?", ""},
 		{"capitals and a curly apostrophe", "SO IT’S FISHING FOR YOU.", ""},
-		{"ellipsis and hyphen", "Wait... well-known spots are near the old mill.", ""},
-		{"words of the player's turns", "U know, my dad fishing at the lake.", ""},
-		{"a word ends one sentence and starts the next", "So it's fishing for you. You know the lake.", ""},
+		{"ellipsis and hyphen", "Wait, don't rush off... well-known spots are near the old mill.", ""},
+		{"a word ends one sentence and starts the next", "So it's bait for you. You know the lake.", ""},
+		{"a player's word in an NPC sentence", "Ah, lake! What got you into my dad?", ""},
+		{"three words in the slot", "So it's the old mill for you.", ""},
+		{"a sentence of the player's turns", "U know, my dad fishing at the lake.", FlawUnknownSentence},
+		{"known words in no NPC sentence", "Wait, spots are near the lake.", FlawUnknownSentence},
+		{"four words in the slot", "So it's near the old mill for you.", FlawUnknownSentence},
+		{"a known sentence, then another", "Ah, fishing! Spots are near the lake you know.", FlawUnknownSentence},
 		{"surrounding space", "  Hmm?  ", ""},
 		{"empty", "   ", FlawEmpty},
 		{"no closing mark", "Ah, fishing", FlawUnfinished},
