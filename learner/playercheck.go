@@ -38,23 +38,50 @@ type PlayerCheckConfig struct {
 	Resamples int `json:"resamples"`
 	// Samples is the number of the model's conversations kept to show.
 	Samples int `json:"samples"`
+	// Typed are conversations as a person types them, played TypedRuns
+	// times each with other seeds: the simulated players' messages are
+	// long and full of topic words, and an NPC can do well with them and
+	// break on a short typed line. Their words join the vocabulary.
+	Typed     []TypedConversation `json:"typed"`
+	TypedRuns int                 `json:"typed_runs"`
 	// Seed fixes the conversations, the sampled replies and the resamples.
 	Seed uint64 `json:"seed"`
 }
 
+// TypedConversation is a player's typed messages, and whether the NPC is
+// prompted without the greeting, as /v1/chat/completions prompts it.
+type TypedConversation struct {
+	Messages        []string `json:"messages"`
+	WithoutGreeting bool     `json:"without_greeting,omitempty"`
+}
+
+// READMEConversations are what the README types to the NPC: its session's
+// two messages, and its /v1/chat/completions line.
+var READMEConversations = []TypedConversation{
+	{Messages: []string{"Hi! Any good fishing spots around here?", "What bait should I use?"}},
+	{Messages: []string{"Hello there"}, WithoutGreeting: true},
+}
+
 // DefaultPlayerCheckConfig plays 200 held-out players of population seed
 // 1 for up to 4 exchanges each with the gateway's default sampling
-// (temperature 0.7, top-k 50, 64 tokens), card and greeting.
+// (temperature 0.7, top-k 50, 64 tokens), card and greeting, and the
+// README's conversations 20 times each.
 func DefaultPlayerCheckConfig() PlayerCheckConfig {
 	return PlayerCheckConfig{Players: 200, PopulationSeed: 1, MaxTurns: 4, Sampling: inference.DefaultSampling(),
-		Card: DefaultNPCCard, Greeting: inference.CompanionGreeting, Resamples: 2000, Samples: 4, Seed: 1}
+		Card: DefaultNPCCard, Greeting: inference.CompanionGreeting, Resamples: 2000, Samples: 4,
+		Typed: READMEConversations, TypedRuns: 20, Seed: 1}
 }
 
 // Validate reports the first bad field.
 func (c PlayerCheckConfig) Validate() error {
-	if c.Players < 2 || c.MaxTurns < 1 || c.Sampling.MaxTokens < 1 || c.Resamples < 1 || c.Samples < 0 {
-		return fmt.Errorf("player check: players %d (≥2), max turns %d, max tokens %d, resamples %d (≥1) or samples %d (≥0) out of range",
-			c.Players, c.MaxTurns, c.Sampling.MaxTokens, c.Resamples, c.Samples)
+	if c.Players < 2 || c.MaxTurns < 1 || c.Sampling.MaxTokens < 1 || c.Resamples < 1 || c.Samples < 0 || c.TypedRuns < 0 {
+		return fmt.Errorf("player check: players %d (≥2), max turns %d, max tokens %d, resamples %d (≥1), samples %d or typed runs %d (≥0) out of range",
+			c.Players, c.MaxTurns, c.Sampling.MaxTokens, c.Resamples, c.Samples, c.TypedRuns)
+	}
+	for _, conv := range c.Typed {
+		if len(conv.Messages) == 0 || slices.Contains(conv.Messages, "") {
+			return fmt.Errorf("player check: typed conversation %q has no message or an empty one", conv.Messages)
+		}
 	}
 	return nil
 }
@@ -92,6 +119,14 @@ type PlayerCheck struct {
 	OnTopic Interval `json:"on_topic"`
 	// Samples are the first conversations with the NPC.
 	Samples []schema.Dialogue `json:"samples"`
+	// TypedWellFormed is the share of the NPC's replies to the typed
+	// conversations without a flaw (over TypedReplies replies; the
+	// interval resamples the plays), TypedFlaws counts the others, and
+	// TypedSamples is each conversation's first play.
+	TypedWellFormed Interval               `json:"typed_well_formed"`
+	TypedReplies    int                    `json:"typed_replies"`
+	TypedFlaws      map[simulator.Flaw]int `json:"typed_flaws"`
+	TypedSamples    []schema.Dialogue      `json:"typed_samples"`
 }
 
 // CheckNPC loads the NPC checkpoint in dir and lets it talk to held-out
@@ -214,7 +249,72 @@ func CheckNPC(ctx context.Context, dir string, vocab simulator.Vocabulary, cfg P
 	res.HazardDiff = bootstrapRatio(rng, diff, nil, cfg.Resamples)
 	res.WellFormed = bootstrapRatio(rng, good, replies, cfg.Resamples)
 	res.OnTopic = bootstrapRatio(rng, onTopic, nil, cfg.Resamples)
+	if err := checkTyped(ctx, &res, rng, vocab, cfg, func(greeting string, seed uint64) *modelNPC {
+		return &modelNPC{eng: eng, tok: tok, prompt: npcPrompt{defaultCard: cfg.Card, greeting: greeting}, sampling: cfg.Sampling,
+			end: end, maxSeq: eng.MaxSeq(), rng: rand.New(rand.NewPCG(cfg.Seed, seed))}
+	}); err != nil {
+		return PlayerCheck{}, fmt.Errorf("check npc: typed: %w", err)
+	}
 	return res, nil
+}
+
+// checkTyped plays cfg's typed conversations TypedRuns times each with an
+// NPC from newNPC (with its greeting, seeded per play, the plays in
+// parallel) and fills res's Typed fields.
+func checkTyped(ctx context.Context, res *PlayerCheck, rng *rand.Rand, vocab simulator.Vocabulary, cfg PlayerCheckConfig, newNPC func(greeting string, seed uint64) *modelNPC) error {
+	var typed []string
+	for _, conv := range cfg.Typed {
+		typed = append(typed, conv.Messages...)
+	}
+	vocab = vocab.With(typed...)
+	n := len(cfg.Typed) * cfg.TypedRuns
+	plays := make([]schema.Dialogue, n)
+	flaws := make([][]simulator.Flaw, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		conv := cfg.Typed[i%len(cfg.Typed)]
+		greeting := cfg.Greeting
+		if conv.WithoutGreeting {
+			greeting = ""
+		}
+		npc := newNPC(greeting, 0x7e9ed_0000+uint64(i))
+		wg.Go(func() {
+			for _, msg := range conv.Messages {
+				reply, err := npc.reply(ctx, msg)
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				flaws[i] = append(flaws[i], vocab.Check(reply))
+			}
+			plays[i] = npc.dialogue
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	good, replies := make([]float64, n), make([]float64, n)
+	res.TypedFlaws = make(map[simulator.Flaw]int)
+	for i, fs := range flaws {
+		for _, f := range fs {
+			if f == "" {
+				good[i]++
+			} else {
+				res.TypedFlaws[f]++
+			}
+		}
+		replies[i] = float64(len(fs))
+		res.TypedReplies += len(fs)
+		if i < len(cfg.Typed) {
+			res.TypedSamples = append(res.TypedSamples, plays[i])
+		}
+	}
+	if n > 0 {
+		res.TypedWellFormed = bootstrapRatio(rng, good, replies, cfg.Resamples)
+	}
+	return nil
 }
 
 // heldOutPlayers returns the first n personas flagged HeldOut of a
@@ -316,6 +416,16 @@ func (n *modelNPC) reply(ctx context.Context, user string) (string, error) {
 	return text, nil
 }
 
+// flawList lists flaw counts, sorted by flaw.
+func flawList(flaws map[simulator.Flaw]int) string {
+	out := make([]string, 0, len(flaws))
+	for f, n := range flaws {
+		out = append(out, fmt.Sprintf("%s %d", f, n))
+	}
+	slices.Sort(out)
+	return strings.Join(out, ", ")
+}
+
 // WritePlayerCheck writes the check as a short report: the bars, the flaw
 // counts and the sample conversations.
 func WritePlayerCheck(w io.Writer, name string, c PlayerCheck) error {
@@ -326,14 +436,17 @@ func WritePlayerCheck(w io.Writer, name string, c PlayerCheck) error {
 	fmt.Fprintf(&b, "  scripted generic NPC     %s\n", c.GenericHazard)
 	fmt.Fprintf(&b, "  difference (paired)      %s\n", c.HazardDiff)
 	fmt.Fprintf(&b, "first replies on topic     %s\n", c.OnTopic)
-	flaws := make([]string, 0, len(c.Flaws))
-	for f, n := range c.Flaws {
-		flaws = append(flaws, fmt.Sprintf("%s %d", f, n))
+	fmt.Fprintf(&b, "flaws                      %s\n", flawList(c.Flaws))
+	if c.TypedReplies > 0 {
+		fmt.Fprintf(&b, "typed messages well-formed %s of %d replies\n", c.TypedWellFormed, c.TypedReplies)
+		fmt.Fprintf(&b, "  flaws                    %s\n", flawList(c.TypedFlaws))
 	}
-	slices.Sort(flaws)
-	fmt.Fprintf(&b, "flaws                      %s\n", strings.Join(flaws, ", "))
-	for _, d := range c.Samples {
-		fmt.Fprintf(&b, "\n%s (%s)\n", d.PlayerID, d.Reason)
+	for _, d := range slices.Concat(c.Samples, c.TypedSamples) {
+		if d.PlayerID != "" {
+			fmt.Fprintf(&b, "\n%s (%s)\n", d.PlayerID, d.Reason)
+		} else {
+			fmt.Fprintf(&b, "\ntyped\n")
+		}
 		for _, x := range d.Exchanges {
 			fmt.Fprintf(&b, "  player: %s\n  npc:    %s\n", x.User, x.NPC)
 		}

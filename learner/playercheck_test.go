@@ -16,8 +16,9 @@ import (
 )
 
 // TestCheckNPC trains a tiny NPC and checks what CheckNPC reports on a few
-// held-out players: counts that add up, intervals around their means, the
-// paired difference of the two hazards, and the same report twice.
+// held-out players and the README's typed conversations: counts that add
+// up, intervals around their means, the paired difference of the two
+// hazards, the typed messages in order, and the same report twice.
 func TestCheckNPC(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains a model: skipped in -short")
@@ -34,7 +35,7 @@ func TestCheckNPC(t *testing.T) {
 		t.Fatal(err)
 	}
 	check := DefaultPlayerCheckConfig()
-	check.Players, check.MaxTurns, check.Sampling.MaxTokens, check.Resamples, check.Samples = 6, 2, 12, 100, 2
+	check.Players, check.MaxTurns, check.Sampling.MaxTokens, check.Resamples, check.Samples, check.TypedRuns = 6, 2, 12, 100, 2, 3
 	dir := filepath.Join(cfg.Registry, res.Model, res.Version)
 	vocab := simulator.CorpusVocabulary(ds)
 	got, err := CheckNPC(ctx, dir, vocab, check, nil)
@@ -65,6 +66,27 @@ func TestCheckNPC(t *testing.T) {
 	}
 	if len(got.Samples) != 2 || len(got.Samples[0].Exchanges) == 0 {
 		t.Fatalf("%d sample conversations; want 2, not empty", len(got.Samples))
+	}
+	typedFlawed := 0
+	for _, n := range got.TypedFlaws {
+		typedFlawed += n
+	}
+	if got.TypedReplies != 9 || math.Abs(got.TypedWellFormed.Mean-float64(9-typedFlawed)/9) > 1e-12 ||
+		got.TypedWellFormed.Low > got.TypedWellFormed.Mean || got.TypedWellFormed.Mean > got.TypedWellFormed.High {
+		t.Errorf("typed: %d replies, %d flawed, well-formed %s; want 9 replies (3 plays of 2 + 1 messages) and the share of the unflawed",
+			got.TypedReplies, typedFlawed, got.TypedWellFormed)
+	}
+	if len(got.TypedSamples) != 2 {
+		t.Fatalf("%d typed samples; want one of each conversation", len(got.TypedSamples))
+	}
+	for i, d := range got.TypedSamples {
+		var said []string
+		for _, x := range d.Exchanges {
+			said = append(said, x.User)
+		}
+		if !slices.Equal(said, READMEConversations[i].Messages) {
+			t.Errorf("typed sample %d played %q; want %q", i, said, READMEConversations[i].Messages)
+		}
 	}
 	again, err := CheckNPC(ctx, dir, vocab, check, nil)
 	if err != nil {

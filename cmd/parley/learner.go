@@ -187,7 +187,10 @@ With --players N (role npc) it lets the NPC talk to N held-out players of the gr
 population instead, sampled as the gateway serves it, and reports the share of well-formed
 replies (whole words of the corpus's vocabulary, no repeats, a closing mark) and the
 players' mean hazard after the first reply beside the scripted generic NPC's on the same
-openings, with 95 % bootstrap intervals, then --samples of the conversations.`,
+openings, with 95 % bootstrap intervals. It also plays the messages the README types to the
+NPC (its session's two, and "Hello there") --typed-runs times each and reports the share of
+those replies that are well-formed, then --samples of the conversations and one play of each
+typed one.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			r := learner.Role(role)
@@ -245,6 +248,7 @@ openings, with 95 % bootstrap intervals, then --samples of the conversations.`,
 	f.Float32Var(&check.Sampling.Temperature, "temperature", check.Sampling.Temperature, "sampling temperature of the NPC's replies (with --players)")
 	f.IntVar(&check.Sampling.TopK, "top-k", check.Sampling.TopK, "top-k of the NPC's replies (with --players; 0: all)")
 	f.IntVar(&check.Samples, "samples", check.Samples, "conversations to print (with --players)")
+	f.IntVar(&check.TypedRuns, "typed-runs", check.TypedRuns, "plays of each of the README's typed conversations (with --players; 0: none)")
 	f.Uint64Var(&check.Seed, "seed", check.Seed, "seed of the conversations, the replies and the bootstrap (with --players)")
 	for _, name := range []string{"corpus", "role", "version"} {
 		_ = cmd.MarkFlagRequired(name)
