@@ -134,6 +134,7 @@ type PlayerCheck struct {
 // vocab decides which replies are well-formed: the vocabulary of the
 // corpus the NPC was trained on. The scripted generic NPC answers the
 // same openings without its safety guard, so both are the bare policy.
+// Then the NPC answers cfg's typed conversations.
 func CheckNPC(ctx context.Context, dir string, vocab simulator.Vocabulary, cfg PlayerCheckConfig, logger *slog.Logger) (PlayerCheck, error) {
 	if err := cfg.Validate(); err != nil {
 		return PlayerCheck{}, err

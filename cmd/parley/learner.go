@@ -185,7 +185,8 @@ Pearson correlation of simulated and real exchange lengths) and the log-loss of 
 
 With --players N (role npc) it lets the NPC talk to N held-out players of the ground-truth
 population instead, sampled as the gateway serves it, and reports the share of well-formed
-replies (whole words of the corpus's vocabulary, no repeats, a closing mark) and the
+replies (whole words of the corpus's vocabulary in sentences of its NPC turns, a slot of up
+to three words aside; no repeats; a closing mark) and the
 players' mean hazard after the first reply beside the scripted generic NPC's on the same
 openings, with 95 % bootstrap intervals. It also plays the messages the README types to the
 NPC (its session's two, and "Hello there") --typed-runs times each and reports the share of
