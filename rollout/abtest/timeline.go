@@ -31,16 +31,18 @@ func Timeline(sessions []Session, step time.Duration, now time.Time, maxPoints i
 	}
 	slices.SortStableFunc(ended, func(a, b Session) int { return a.Ended.Compare(b.Ended) })
 	first := ended[0].Ended
+	// now.Sub saturates past 292 years, so the last time is also forced
+	// to now after maxPoints of them.
 	if span := now.Sub(first); span/step+1 > time.Duration(maxPoints) {
-		step = (span + time.Duration(maxPoints-2)) / time.Duration(maxPoints-1) // rounded up
+		step = span/time.Duration(maxPoints-1) + 1 // rounded up, without overflowing
 	}
 	type key struct{ player, arm string }
 	players := map[key]*[2]float64{} // ended sessions, turns
 	var t Tally
 	var out []Point
 	i := 0
-	for at := first; ; at = at.Add(step) {
-		if at.After(now) {
+	for at, n := first, 1; ; at, n = at.Add(step), n+1 {
+		if at.After(now) || n == maxPoints {
 			at = now
 		}
 		for ; i < len(ended) && !ended[i].Ended.After(at); i++ {
