@@ -163,6 +163,11 @@ func CheckNPC(ctx context.Context, dir string, vocab simulator.Vocabulary, cfg P
 	script := simulator.DefaultScriptConfig()
 	script.Guard = false
 
+	// newNPC is one conversation's NPC, prompted with greeting.
+	newNPC := func(greeting string, seed uint64) *modelNPC {
+		return &modelNPC{eng: eng, tok: tok, prompt: npcPrompt{defaultCard: cfg.Card, greeting: greeting}, sampling: cfg.Sampling,
+			end: end, maxSeq: eng.MaxSeq(), rng: rand.New(rand.NewPCG(cfg.Seed, seed))}
+	}
 	type played struct {
 		dialogue        schema.Dialogue
 		hazard, generic float64
@@ -183,8 +188,7 @@ func CheckNPC(ctx context.Context, dir string, vocab simulator.Vocabulary, cfg P
 		g, _ := generic.Reply(gconv.Opening())
 		out[i].generic = gconv.Assess(g).Hazard
 
-		npc := &modelNPC{eng: eng, tok: tok, prompt: npcPrompt{defaultCard: cfg.Card, greeting: cfg.Greeting}, sampling: cfg.Sampling,
-			end: end, maxSeq: eng.MaxSeq(), rng: rand.New(rand.NewPCG(cfg.Seed, convSeed))}
+		npc := newNPC(cfg.Greeting, convSeed)
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
@@ -222,24 +226,18 @@ func CheckNPC(ctx context.Context, dir string, vocab simulator.Vocabulary, cfg P
 	}
 
 	res := PlayerCheck{Players: len(players), Flaws: make(map[simulator.Flaw]int)}
-	hazard, generic, good, replies, onTopic := make([]float64, len(out)), make([]float64, len(out)), make([]float64, len(out)), make([]float64, len(out)), make([]float64, len(out))
+	hazard, generic, onTopic := make([]float64, len(out)), make([]float64, len(out)), make([]float64, len(out))
+	flaws := make([][]simulator.Flaw, len(out))
 	for i, o := range out {
-		hazard[i], generic[i], replies[i] = o.hazard, o.generic, float64(len(o.flaws))
+		hazard[i], generic[i], flaws[i] = o.hazard, o.generic, o.flaws
 		if o.onTopic {
 			onTopic[i] = 1
 		}
-		for _, f := range o.flaws {
-			if f == "" {
-				good[i]++
-			} else {
-				res.Flaws[f]++
-			}
-		}
-		res.Replies += len(o.flaws)
 		if i < cfg.Samples {
 			res.Samples = append(res.Samples, o.dialogue)
 		}
 	}
+	good, replies := countFlaws(flaws, res.Flaws, &res.Replies)
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0xb007))
 	res.Hazard = bootstrapRatio(rng, hazard, nil, cfg.Resamples)
 	res.GenericHazard = bootstrapRatio(rng, generic, nil, cfg.Resamples)
@@ -250,10 +248,7 @@ func CheckNPC(ctx context.Context, dir string, vocab simulator.Vocabulary, cfg P
 	res.HazardDiff = bootstrapRatio(rng, diff, nil, cfg.Resamples)
 	res.WellFormed = bootstrapRatio(rng, good, replies, cfg.Resamples)
 	res.OnTopic = bootstrapRatio(rng, onTopic, nil, cfg.Resamples)
-	if err := checkTyped(ctx, &res, rng, vocab, cfg, func(greeting string, seed uint64) *modelNPC {
-		return &modelNPC{eng: eng, tok: tok, prompt: npcPrompt{defaultCard: cfg.Card, greeting: greeting}, sampling: cfg.Sampling,
-			end: end, maxSeq: eng.MaxSeq(), rng: rand.New(rand.NewPCG(cfg.Seed, seed))}
-	}); err != nil {
+	if err := checkTyped(ctx, &res, rng, vocab, cfg, newNPC); err != nil {
 		return PlayerCheck{}, fmt.Errorf("check npc: typed: %w", err)
 	}
 	return res, nil
@@ -296,23 +291,10 @@ func checkTyped(ctx context.Context, res *PlayerCheck, rng *rand.Rand, vocab sim
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	good, replies := make([]float64, n), make([]float64, n)
 	res.TypedFlaws = make(map[simulator.Flaw]int)
-	for i, fs := range flaws {
-		for _, f := range fs {
-			if f == "" {
-				good[i]++
-			} else {
-				res.TypedFlaws[f]++
-			}
-		}
-		replies[i] = float64(len(fs))
-		res.TypedReplies += len(fs)
-		if i < len(cfg.Typed) {
-			res.TypedSamples = append(res.TypedSamples, plays[i])
-		}
-	}
+	good, replies := countFlaws(flaws, res.TypedFlaws, &res.TypedReplies)
 	if n > 0 {
+		res.TypedSamples = plays[:len(cfg.Typed)]
 		res.TypedWellFormed = bootstrapRatio(rng, good, replies, cfg.Resamples)
 	}
 	return nil
@@ -415,6 +397,24 @@ func (n *modelNPC) reply(ctx context.Context, user string) (string, error) {
 	text := strings.TrimSpace(res.Text)
 	n.dialogue.Exchanges[k].NPC = text
 	return text, nil
+}
+
+// countFlaws returns, for each unit's replies' flaws, its flawless replies
+// and its replies, and adds the flaws to counts and the replies to total.
+func countFlaws(flaws [][]simulator.Flaw, counts map[simulator.Flaw]int, total *int) (good, replies []float64) {
+	good, replies = make([]float64, len(flaws)), make([]float64, len(flaws))
+	for i, fs := range flaws {
+		for _, f := range fs {
+			if f == "" {
+				good[i]++
+			} else {
+				counts[f]++
+			}
+		}
+		replies[i] = float64(len(fs))
+		*total += len(fs)
+	}
+	return good, replies
 }
 
 // flawList lists flaw counts, sorted by flaw.
