@@ -77,6 +77,9 @@ func CorpusVocabulary(dialogues []schema.Dialogue) Vocabulary {
 			v.add(x.User)
 			v.add(x.NPC)
 			for _, sent := range sentences(x.NPC) {
+				if v.shapes[strings.Join(sent, " ")] {
+					continue // a sentence seen before: its shapes are in
+				}
 				for _, sh := range shapes(sent) {
 					v.shapes[sh] = true
 				}
@@ -99,14 +102,17 @@ func (v Vocabulary) With(texts ...string) Vocabulary {
 // slot stands for the replaced words in a sentence's shape.
 const slot = "_"
 
+// endsSentence reports whether text (not empty) ends with ".", "!" or "?".
+func endsSentence(text string) bool { return strings.ContainsAny(text[len(text)-1:], ".!?") }
+
 // sentences splits text into its sentences' words: a sentence ends at a
-// token that ends with ".", "!" or "?".
+// token that endsSentence.
 func sentences(text string) [][]string {
 	var out [][]string
 	var cur []string
 	for _, tok := range strings.Fields(text) {
 		cur = append(cur, words(tok)...)
-		if strings.ContainsAny(tok[len(tok)-1:], ".!?") && len(cur) > 0 {
+		if endsSentence(tok) && len(cur) > 0 {
 			out, cur = append(out, cur), nil
 		}
 	}
@@ -148,7 +154,7 @@ func (v Vocabulary) Check(reply string) Flaw {
 	if reply == "" {
 		return FlawEmpty
 	}
-	if !strings.ContainsAny(reply[len(reply)-1:], ".!?") {
+	if !endsSentence(reply) {
 		return FlawUnfinished
 	}
 	var prev string
@@ -168,7 +174,7 @@ func (v Vocabulary) Check(reply string) Flaw {
 			prev = w
 			sentence = append(sentence, w)
 		}
-		if strings.ContainsAny(tok[len(tok)-1:], ".!?") {
+		if endsSentence(tok) {
 			key := strings.Join(sentence, " ")
 			if seen[key] {
 				return FlawRepeat
