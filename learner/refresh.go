@@ -810,7 +810,6 @@ type referee struct {
 	npc    NPCPlayConfig
 	eng    *inference.Engine
 	chat   *inference.ChatFormat
-	maxSeq int
 	sample *rl.RefereeSample
 	began  time.Time
 	stop   func()
@@ -836,7 +835,7 @@ func (g *RefereeGate) sample(ctx context.Context, m *inference.Model, chat *infe
 	if err != nil {
 		return nil, fmt.Errorf("referee: %w", err)
 	}
-	j.eng, j.chat, j.maxSeq, j.stop = eng, chat, m.Config().MaxSeq, stop
+	j.eng, j.chat, j.stop = eng, chat, stop
 	pop, err := simulator.NewPopulation(rc.Players, rc.PlayersSeed)
 	if err != nil {
 		stop()
@@ -857,7 +856,7 @@ func (g *RefereeGate) sample(ctx context.Context, m *inference.Model, chat *infe
 // policy is the NPC's policy, sampling with the same seeds at every call,
 // so every user agent's dialogues open with the same NPC turns.
 func (j *referee) policy() (*rl.ModelPolicy, error) {
-	return rl.NewChatPolicy(j.eng, j.chat, j.maxSeq, j.npc.Policy)
+	return rl.NewChatPolicy(j.eng, j.chat, j.eng.MaxSeq(), j.npc.Policy)
 }
 
 // judge measures the user agent ua on the sample.
