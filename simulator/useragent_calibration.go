@@ -20,7 +20,8 @@ import (
 // three turns' own offsets, and a weight for each of the turn's features
 // (TurnFeatures: its repeating what the NPC said before, its asking
 // something and, where the agent has word topics, its relevance to the
-// player and the player's tone).
+// player, the tone of the player's last message and that of the player's
+// messages before it).
 // A zero Scale counts as 1: the zero Calibration is P_T = σ(z), the model
 // as it is.
 type Calibration struct {
@@ -37,14 +38,15 @@ type Calibration struct {
 	AsksNamed  float64    `json:"asks_named,omitempty"`
 	NamesKnown float64    `json:"names_known,omitempty"`
 	Tone       float64    `json:"tone,omitempty"`
+	PlayerTone float64    `json:"player_tone,omitempty"`
 }
 
 // numFeatures is the number of TurnFeatures a Calibration weighs.
-const numFeatures = 10
+const numFeatures = 11
 
 // weights are c's feature weights in the order of TurnFeatures.values.
 func (c *Calibration) weights() [numFeatures]*float64 {
-	return [numFeatures]*float64{&c.OnLast, &c.OffTopic, &c.Repeat, &c.Question, &c.OnEarlier, &c.NamesNew, &c.NoTopic, &c.AsksNamed, &c.NamesKnown, &c.Tone}
+	return [numFeatures]*float64{&c.OnLast, &c.OffTopic, &c.Repeat, &c.Question, &c.OnEarlier, &c.NamesNew, &c.NoTopic, &c.AsksNamed, &c.NamesKnown, &c.Tone, &c.PlayerTone}
 }
 
 // Validate rejects a negative or non-finite scale and a non-finite offset
@@ -67,8 +69,8 @@ func (c Calibration) Validate() error {
 // Summary lists c's values, two decimals each, as logs and gate reasons
 // show them.
 func (c Calibration) Summary() string {
-	return fmt.Sprintf("scale %.2f, offset %.2f, early %.2f, on-last %.2f, off-topic %.2f, repeat %.2f, question %.2f, on-earlier %.2f, names-new %.2f, no-topic %.2f, asks-named %.2f, names-known %.2f, tone %.2f",
-		c.Scale, c.Offset, c.Early, c.OnLast, c.OffTopic, c.Repeat, c.Question, c.OnEarlier, c.NamesNew, c.NoTopic, c.AsksNamed, c.NamesKnown, c.Tone)
+	return fmt.Sprintf("scale %.2f, offset %.2f, early %.2f, on-last %.2f, off-topic %.2f, repeat %.2f, question %.2f, on-earlier %.2f, names-new %.2f, no-topic %.2f, asks-named %.2f, names-known %.2f, tone %.2f, player-tone %.2f",
+		c.Scale, c.Offset, c.Early, c.OnLast, c.OffTopic, c.Repeat, c.Question, c.OnEarlier, c.NamesNew, c.NoTopic, c.AsksNamed, c.NamesKnown, c.Tone, c.PlayerTone)
 }
 
 // TerminationShare is P_T for the raw logit z of an NPC turn with features f.
@@ -243,11 +245,22 @@ func FitCalibration(ds []Decision) (Calibration, error) {
 }
 
 // FitCalibrationOn fits u's calibration (FitCalibration) on the decisions
-// of logged sessions, each judged with the demos demos(session) and past
-// NPC turns tagged with risks; it returns the calibration and the number
-// of decisions. Only what a deployment observes goes in: who quit after
-// which NPC turn.
+// of logged sessions (Decisions); it returns the calibration and the
+// number of decisions.
 func (u *UserAgent) FitCalibrationOn(ctx context.Context, sessions []schema.Dialogue, demos func(schema.Dialogue) []PromptDialogue, risks []float64) (Calibration, int, error) {
+	ds, err := u.Decisions(ctx, sessions, demos, risks)
+	if err != nil {
+		return Calibration{}, 0, err
+	}
+	c, err := FitCalibration(ds)
+	return c, len(ds), err
+}
+
+// Decisions scores the decisions of logged sessions, each judged with the
+// demos demos(session) and past NPC turns tagged with risks, and reads
+// their turns' features. Only what a deployment observes goes in: who
+// quit after which NPC turn.
+func (u *UserAgent) Decisions(ctx context.Context, sessions []schema.Dialogue, demos func(schema.Dialogue) []PromptDialogue, risks []float64) ([]Decision, error) {
 	var ds []Decision
 	for _, s := range sessions {
 		qs, quit := DecisionQueries(s, demos(s), risks)
@@ -256,14 +269,13 @@ func (u *UserAgent) FitCalibrationOn(ctx context.Context, sessions []schema.Dial
 		}
 		scores, err := u.Terminations(ctx, 0, qs)
 		if err != nil {
-			return Calibration{}, 0, fmt.Errorf("fit calibration on %s: %w", s.SessionID, err)
+			return nil, fmt.Errorf("fit calibration on %s: %w", s.SessionID, err)
 		}
 		for i, sc := range scores {
 			ds = append(ds, Decision{Logit: sc.Logit, Features: u.cfg.WordTopics.featuresOf(qs[i]), Quit: quit[i]})
 		}
 	}
-	c, err := FitCalibration(ds)
-	return c, len(ds), err
+	return ds, nil
 }
 
 // The manifest metrics under which a published user agent version carries
@@ -282,7 +294,7 @@ const (
 // order; a version fitted before a weight existed carries none, and serves
 // it at 0.
 var weightMetrics = [numFeatures]string{"calibration_on_last", "calibration_off_topic", MetricCalibrationRepeat,
-	"calibration_question", "calibration_on_earlier", "calibration_names_new", "calibration_no_topic", "calibration_asks_named", "calibration_names_known", "calibration_tone"}
+	"calibration_question", "calibration_on_earlier", "calibration_names_new", "calibration_no_topic", "calibration_asks_named", "calibration_names_known", "calibration_tone", "calibration_player_tone"}
 
 // Metrics are the manifest metrics that carry c with a version, fitted on
 // decisions decisions (ForVersion reads them back).

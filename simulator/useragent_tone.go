@@ -1,6 +1,7 @@
 package simulator
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -110,6 +111,36 @@ func LearnTone(sessions []schema.Dialogue, minMessages int) (map[string]float64,
 		tone[w] = res.X[j]
 	}
 	return tone, nil
+}
+
+// CrossFitDecisions reads the decisions of logged sessions split in two
+// halves (Decisions), each half's with a tone learned on the other
+// (LearnTone over the words of minMessages messages or more), so that no
+// decision is weighed by a tone learned from it and a calibration can be
+// fitted on both halves. u reads the turns through its word topics, which
+// must be set.
+func (u *UserAgent) CrossFitDecisions(ctx context.Context, a, b []schema.Dialogue, minMessages int, demos func(schema.Dialogue) []PromptDialogue, risks []float64) ([]Decision, error) {
+	if u.cfg.WordTopics == nil {
+		return nil, errors.New("cross-fit decisions: the user agent has no word topics")
+	}
+	var ds []Decision
+	for _, half := range [2][2][]schema.Dialogue{{a, b}, {b, a}} {
+		topics := *u.cfg.WordTopics
+		var err error
+		if topics.Tone, err = LearnTone(half[0], minMessages); err != nil {
+			return nil, fmt.Errorf("cross-fit decisions: %w", err)
+		}
+		toned, err := u.WithWordTopics(&topics)
+		if err != nil {
+			return nil, fmt.Errorf("cross-fit decisions: %w", err)
+		}
+		scored, err := toned.Decisions(ctx, half[1], demos, risks)
+		if err != nil {
+			return nil, fmt.Errorf("cross-fit decisions: %w", err)
+		}
+		ds = append(ds, scored...)
+	}
+	return ds, nil
 }
 
 // softplus is log(1 + e^z).

@@ -1,6 +1,7 @@
 package simulator
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -12,7 +13,8 @@ import (
 // "ugh" quits after the next NPC turn four times as often as one who does
 // not, whatever else they say: "ugh" gets a clear positive weight, the
 // words every player says stay near zero, a word in too few messages gets
-// none, and the turn's Tone is the summed weight of the last message.
+// none, the turn's Tone is the summed weight of the last message and its
+// PlayerTone the mean of the messages before it, the demos' first.
 func TestLearnToneReadsUpsetPlayers(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	topics := []string{"fishing is fun", "the forge is hot", "my cat sleeps", "bread and cheese"}
@@ -52,10 +54,23 @@ func TestLearnToneReadsUpsetPlayers(t *testing.T) {
 		t.Error("a word of fewer than 5 messages got a tone")
 	}
 	wt := &WordTopics{Tone: tone}
-	f := wt.featuresOf(UserAgentQuery{Current: PromptDialogue{Exchanges: []schema.Exchange{
-		{User: "ugh ugh my cat", NPC: "Hm."}, {User: "Ugh, the forge!", NPC: "Hot?"}}}})
+	q := UserAgentQuery{Current: PromptDialogue{Exchanges: []schema.Exchange{
+		{User: "ugh ugh my cat", NPC: "Hm."}, {User: "Ugh, the forge!", NPC: "Hot?"}}}}
+	f := wt.featuresOf(q)
 	if want := tone["ugh"] + tone["the"] + tone["forge"]; math.Abs(f.Tone-want) > 1e-12 {
 		t.Errorf("turn tone %.3f; want the last message's distinct words' %.3f", f.Tone, want)
+	}
+	if want := tone["ugh"] + tone["my"] + tone["cat"]; math.Abs(f.PlayerTone-want) > 1e-12 {
+		t.Errorf("player tone %.3f; want the one message before the last's %.3f", f.PlayerTone, want)
+	}
+	q.Demos = []PromptDialogue{{Exchanges: []schema.Exchange{{User: "bread and cheese", NPC: "Yum."}, {User: "ugh", NPC: "Oh."}}}}
+	demo := tone["bread"] + tone["and"] + tone["cheese"] + tone["ugh"]
+	if f, want := wt.featuresOf(q), (demo+tone["ugh"]+tone["my"]+tone["cat"])/3; math.Abs(f.PlayerTone-want) > 1e-12 {
+		t.Errorf("player tone with demos %.3f; want the mean of the demos' two messages and the first one's %.3f", f.PlayerTone, want)
+	}
+	q.Demos, q.Current.Exchanges = nil, q.Current.Exchanges[:1]
+	if f := wt.featuresOf(q); f.PlayerTone != 0 || f.Tone == 0 {
+		t.Errorf("a first message without demos: tone %.3f, player tone %.3f; want a tone and no player tone", f.Tone, f.PlayerTone)
 	}
 	for _, s := range []struct {
 		name     string
@@ -64,6 +79,74 @@ func TestLearnToneReadsUpsetPlayers(t *testing.T) {
 	}{{"no quits", sessions[:0], 5}, {"min messages 0", sessions, 0}} {
 		if _, err := LearnTone(s.sessions, s.min); err == nil {
 			t.Errorf("%s: learned a tone", s.name)
+		}
+	}
+}
+
+// TestCrossFitDecisionsReadsEachHalfWithTheOther logs two halves of
+// sessions in which the players who quit say "ugh" in one half and "zap"
+// in the other: each half's decisions carry the tone learned on the other
+// half, never their own, and a user agent without word topics is refused.
+func TestCrossFitDecisionsReadsEachHalfWithTheOther(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a tiny model on the CPU")
+	}
+	eng, _ := tinyUserAgentEngine(t)
+	half := func(player, word string) []schema.Dialogue {
+		var ds []schema.Dialogue
+		for i := range 24 {
+			d := schema.Dialogue{SessionID: fmt.Sprintf("%s-%d", player, i), PlayerID: fmt.Sprintf("%s%d", player, i%3), Reason: schema.EndMaxTurns,
+				Exchanges: []schema.Exchange{{User: "the forge is hot", NPC: "Hot?"}, {User: "my cat sleeps", NPC: "Aye."}}}
+			if i%2 == 0 {
+				d.Exchanges[1].User, d.Reason = word+" my cat", schema.EndPlayerEnded
+			}
+			ds = append(ds, d)
+		}
+		return ds
+	}
+	a, b := half("a", "ugh"), half("b", "zap")
+	ua, err := NewUserAgent(eng, DefaultUserAgentConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	noDemos := func(schema.Dialogue) []PromptDialogue { return nil }
+	if _, err := ua.CrossFitDecisions(t.Context(), a, b, 5, noDemos, nil); err == nil {
+		t.Error("cross-fitted without word topics")
+	}
+	if ua, err = ua.WithWordTopics(&WordTopics{Words: map[string]int{}}); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := ua.CrossFitDecisions(t.Context(), a, b, 5, noDemos, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	toneA, errA := LearnTone(a, 5)
+	toneB, errB := LearnTone(b, 5)
+	if errA != nil || errB != nil {
+		t.Fatal(errA, errB)
+	}
+	if toneA["ugh"] < 0.5 || toneB["zap"] < 0.5 {
+		t.Fatalf("ugh weighs %.2f in a, zap %.2f in b; want each to read its half's quits", toneA["ugh"], toneB["zap"])
+	}
+	// b's decisions come first, read with a's tone; then a's, with b's.
+	var want []float64
+	for _, h := range []struct {
+		sessions []schema.Dialogue
+		tone     map[string]float64
+	}{{b, toneA}, {a, toneB}} {
+		for _, d := range h.sessions {
+			qs, _ := DecisionQueries(d, nil, nil)
+			for _, q := range qs {
+				want = append(want, (&WordTopics{Tone: h.tone}).toneOf(q.Current.Exchanges[len(q.Current.Exchanges)-1].User))
+			}
+		}
+	}
+	if len(ds) != len(want) {
+		t.Fatalf("%d decisions; want %d", len(ds), len(want))
+	}
+	for i, d := range ds {
+		if math.Abs(d.Features.Tone-want[i]) > 1e-12 {
+			t.Fatalf("decision %d reads tone %.3f; want %.3f, the other half's", i, d.Features.Tone, want[i])
 		}
 	}
 }

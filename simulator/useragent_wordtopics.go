@@ -330,8 +330,11 @@ func (t *WordTopics) topicsOf(text string) map[int]bool {
 // AsksNamed, it asks and names one the player has named; NamesKnown, it
 // names one the player has not named in this dialogue but did in an
 // earlier one (the user agent's demos), a likely interest not yet told.
-// Tone reads the player rather than the turn: the tone of the player's last
-// message (WordTopics.Tone), 0 without one.
+// Tone and PlayerTone read the player rather than the turn: Tone is the
+// tone of the player's last message (WordTopics.Tone), PlayerTone the mean
+// tone of the player's messages before it, in the demos and this dialogue
+// (how the player talks: a player who insults or despairs in one session
+// does in the next); each 0 without one.
 type TurnFeatures struct {
 	Turn                int
 	OnLast, OffTopic    float64
@@ -340,12 +343,12 @@ type TurnFeatures struct {
 	OnEarlier, NamesNew float64
 	NoTopic, AsksNamed  float64
 	NamesKnown          float64
-	Tone                float64
+	Tone, PlayerTone    float64
 }
 
 // values are f's features in the order of Calibration.weights.
 func (f TurnFeatures) values() [numFeatures]float64 {
-	return [numFeatures]float64{f.OnLast, f.OffTopic, f.Repeat, f.Question, f.OnEarlier, f.NamesNew, f.NoTopic, f.AsksNamed, f.NamesKnown, f.Tone}
+	return [numFeatures]float64{f.OnLast, f.OffTopic, f.Repeat, f.Question, f.OnEarlier, f.NamesNew, f.NoTopic, f.AsksNamed, f.NamesKnown, f.Tone, f.PlayerTone}
 }
 
 // Features reads an NPC turn's features but Repeat against the player's
@@ -360,6 +363,13 @@ func (t *WordTopics) Features(earlier, player []string, npc string) TurnFeatures
 		return f
 	}
 	f.Tone = t.toneOf(player[len(player)-1])
+	if before := len(earlier) + len(player) - 1; before > 0 {
+		sum := 0.0
+		for _, m := range append(slices.Clip(earlier), player[:len(player)-1]...) {
+			sum += t.toneOf(m)
+		}
+		f.PlayerTone = sum / float64(before)
+	}
 	turn := t.topicsOf(npc)
 	last := t.topicsOf(player[len(player)-1])
 	named, known := map[int]bool{}, map[int]bool{}
