@@ -17,11 +17,10 @@ import (
 // read as a deployment logs them: what the players said and who quit after
 // which NPC turn, never their hidden hazard. The calibration reads turns
 // through word topics learned, as the learner's refresh learns them, from
-// the training players' messages in the corpus. As the refresh does with
-// its window, it splits the Profile.CalibrationSessions sessions by
-// player: on one half it learns the tone of the players' words, on the
-// other it fits the calibration, so that no decision is weighed by a tone
-// learned from it. Then, as the refresh does, it matches the length
+// the training players' messages in the corpus, and the players through a
+// tone cross-fitted on the Profile.CalibrationSessions sessions split in
+// two halves by player (simulator.UserAgent.CrossFitDecisions); the agent
+// then reads the tone learned on all of them. Then, as the refresh does, it matches the length
 // (rl.MatchSessions): the offset moves so that the policy's dialogues
 // with the calibrated agent, from the openings of the sessions it was
 // fitted on, last as long as those sessions did. It returns ua as it is
@@ -57,20 +56,29 @@ func (e *env) calibrate(ctx context.Context, npcDir string, ua *simulator.UserAg
 			return nil, fmt.Errorf("calibrate user agent: %w", err)
 		}
 	}
-	learn, fit := halves(logged)
-	topics := *e.topics
-	if topics.Tone, err = simulator.LearnTone(learn, simulator.DefaultWordTopicsConfig().MinMessages); err != nil {
-		return nil, fmt.Errorf("calibrate user agent: %w", err)
-	}
-	if ua, err = ua.WithWordTopics(&topics); err != nil {
-		return nil, fmt.Errorf("calibrate user agent: %w", err)
-	}
 	demos := map[string][]simulator.PromptDialogue{}
 	for _, p := range prompts {
 		demos[p.PlayerID] = p.Demos
 	}
-	c, decisions, err := ua.FitCalibrationOn(ctx, fit, func(d schema.Dialogue) []simulator.PromptDialogue { return demos[d.PlayerID] }, e.corpus.risks)
+	a, b := halves(logged)
+	minMessages := simulator.DefaultWordTopicsConfig().MinMessages
+	topical, err := ua.WithWordTopics(e.topics)
 	if err != nil {
+		return nil, fmt.Errorf("calibrate user agent: %w", err)
+	}
+	ds, err := topical.CrossFitDecisions(ctx, a, b, minMessages, func(d schema.Dialogue) []simulator.PromptDialogue { return demos[d.PlayerID] }, e.corpus.risks)
+	if err != nil {
+		return nil, fmt.Errorf("calibrate user agent: %w", err)
+	}
+	c, err := simulator.FitCalibration(ds)
+	if err != nil {
+		return nil, fmt.Errorf("calibrate user agent: %w", err)
+	}
+	topics := *e.topics
+	if topics.Tone, err = simulator.LearnTone(logged, minMessages); err != nil {
+		return nil, fmt.Errorf("calibrate user agent: %w", err)
+	}
+	if ua, err = ua.WithWordTopics(&topics); err != nil {
 		return nil, fmt.Errorf("calibrate user agent: %w", err)
 	}
 	if ua, err = ua.WithCalibration(c); err != nil {
@@ -83,7 +91,7 @@ func (e *env) calibrate(ctx context.Context, npcDir string, ua *simulator.UserAg
 	for _, p := range prompts {
 		byID[p.ID] = p
 	}
-	fit = fit[:min(len(fit), learner.DefaultRefreshConfig().LengthMatch.Dialogues)]
+	fit := b[:min(len(b), learner.DefaultRefreshConfig().LengthMatch.Dialogues)]
 	openings, lengths := make([]rl.Prompt, len(fit)), make([]int, len(fit))
 	for i, d := range fit {
 		openings[i], lengths[i] = byID[d.SessionID], len(d.Exchanges)
@@ -93,8 +101,8 @@ func (e *env) calibrate(ctx context.Context, npcDir string, ua *simulator.UserAg
 		return nil, fmt.Errorf("calibrate user agent: %w", err)
 	}
 	c.Offset += match.Shift
-	e.logger.Info("user agent calibration", "values", c.Summary(), "topic_words", len(topics.Words), "tone_words", len(topics.Tone),
-		"decisions", decisions, "learned_on", len(learn), "length_match", match.Summary(), "length_match_error", err)
+	e.logger.Info("user agent calibration", "values", c.Summary(), "topic_words", len(e.topics.Words),
+		"decisions", len(ds), "sessions", len(logged), "length_match", match.Summary(), "length_match_error", err)
 	return ua.WithCalibration(c)
 }
 
