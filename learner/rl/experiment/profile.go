@@ -61,9 +61,9 @@ type Profile struct {
 	// user agent against the players' hidden hazard.
 	Referee rl.RefereeConfig `json:"referee"`
 	// CalibrationSessions sessions of the SFT policy with the training
-	// personas are logged before any RL; the user agent's word topics and
-	// their tone are learned on half of the players and its logit
-	// calibration fitted on who quit when among the others (0: none).
+	// personas are logged before any RL; the user agent's logit
+	// calibration is fitted on who quit when, with the tone of the
+	// players' words cross-fitted on two halves of the players (0: none).
 	CalibrationSessions int `json:"calibration_sessions,omitempty"`
 	// Fidelity adds AT-GRPO trained on the ground-truth players (an oracle
 	// user agent) to a run against the user agent, for the acceptance's
@@ -202,7 +202,7 @@ func SmallProfile() Profile {
 	p.UserAgentTokens, p.UserAgentMaxSeq = 16, 320
 	p.EvalPrompts, p.EvalDepth, p.CurvePrompts, p.CurveEvery = 48, 6, 8, 2
 	p.Referee = referee(rl.DefaultRefereeConfig(), 6)
-	p.CalibrationSessions = 4000
+	p.CalibrationSessions = 8000
 	return p
 }
 
