@@ -363,12 +363,15 @@ func (t *WordTopics) Features(earlier, player []string, npc string) TurnFeatures
 		return f
 	}
 	f.Tone = t.toneOf(player[len(player)-1])
-	if before := len(earlier) + len(player) - 1; before > 0 {
+	if n := len(earlier) + len(player) - 1; n > 0 && len(t.Tone) > 0 { // no tone, no words to weigh
 		sum := 0.0
-		for _, m := range append(slices.Clip(earlier), player[:len(player)-1]...) {
+		for _, m := range earlier {
 			sum += t.toneOf(m)
 		}
-		f.PlayerTone = sum / float64(before)
+		for _, m := range player[:len(player)-1] {
+			sum += t.toneOf(m)
+		}
+		f.PlayerTone = sum / float64(n)
 	}
 	turn := t.topicsOf(npc)
 	last := t.topicsOf(player[len(player)-1])
