@@ -508,8 +508,8 @@ func (r *refresher) calibrate(ctx context.Context, m *inference.Model, tok *infe
 // with sft on dialogues, on the sessions of the players held out of its
 // training (SFT's split, a seeded hash of the player id: no player is in
 // both), each laid out as the fidelity evaluation lays it out, with word
-// topics (topicsCfg; 0 topics: none) and their tone learned from the
-// training players' sessions. Only what a deployment logs goes in: what
+// topics (topicsCfg; 0 topics: none), their tone and wording learned from
+// the training players' sessions. Only what a deployment logs goes in: what
 // the players said and who quit after which NPC turn. With fewer than
 // minDecisions decisions, or no quit or no continue among them, it fits
 // nothing and says why.
@@ -545,6 +545,11 @@ func calibrateUserAgent(ctx context.Context, m *inference.Model, tok *inference.
 				topicsWhy += "; no tone: " + err.Error()
 			} else {
 				topicsWhy += fmt.Sprintf(", %d words with a tone", len(topics.Tone))
+			}
+			if topics.Wording, err = simulator.LearnWording(train, topicsCfg.MinMessages); err != nil {
+				topicsWhy += "; no wording: " + err.Error()
+			} else {
+				topicsWhy += fmt.Sprintf(", %d NPC words with a weight", len(topics.Wording))
 			}
 		}
 	}

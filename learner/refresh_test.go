@@ -443,6 +443,10 @@ func TestRefreshPublishesCalibratedUserAgent(t *testing.T) {
 		t.Errorf("%s serves the tone of %d words, weighed %.2f (gate: %s); want the tone the refresh learned, weighed",
 			res.Version, len(served.WordTopics.Tone), want.Tone, res.GateReason)
 	}
+	if len(served.WordTopics.Wording) == 0 || want.Wording == 0 || !strings.Contains(res.GateReason, "NPC words with a weight") {
+		t.Errorf("%s serves the wording of %d words, weighed %.2f (gate: %s); want the wording the refresh learned, weighed",
+			res.Version, len(served.WordTopics.Wording), want.Wording, res.GateReason)
+	}
 
 	met, err := EvaluateModel(ctx, dir, ds, EvalOptionsFrom(r.cfg.SFT), nil)
 	if err != nil {

@@ -58,7 +58,7 @@ func (l *Learner) RegisterMetrics(meter metric.Meter) (metric.Registration, erro
 	pub := counter(metricRefreshPub, "User-agent refreshes whose version the fidelity gate published.")
 	lastRun := gauge(metricRefreshLastRun, "Unix time of the last refresh (or postponement).", "s")
 	accepted := gauge(metricRefreshAccepted, "1 when the fidelity gate published the last refresh this process ran, else 0.", "")
-	gate := gauge(metricRefreshGate, "The gates' inputs of the last refresh, of the user agent before and after: stat rho or term_log_loss (fidelity gate), kendall_tau, kendall_tau_ci_low, kendall_tau_ci_high, pearson or sim_real_avg_l (referee gate, when it measured them); the refreshed agent's calibration (side after: calibration_scale and calibration_offset, 0 and 0 when none was fitted, calibration_early_1 … 3, the feature weights calibration_on_last … calibration_player_tone, calibration_decisions).", "")
+	gate := gauge(metricRefreshGate, "The gates' inputs of the last refresh, of the user agent before and after: stat rho or term_log_loss (fidelity gate), kendall_tau, kendall_tau_ci_low, kendall_tau_ci_high, pearson or sim_real_avg_l (referee gate, when it measured them); the refreshed agent's calibration (side after: calibration_scale and calibration_offset, 0 and 0 when none was fitted, calibration_early_1 … 3, the feature weights calibration_on_last … calibration_wording, calibration_decisions).", "")
 	loss := gauge(metricRefreshLoss, "Training loss of the last step of the last refresh.", "")
 	if err := errors.Join(errs...); err != nil {
 		return nil, err

@@ -73,7 +73,7 @@ func TestHealthMetrics(t *testing.T) {
 	// the calibration (scale, offset, 3 early offsets, 11 weights, decisions).
 	for name, want := range map[string]int{
 		metricConsumerLag: 2, metricStored: 1, metricOpenSessions: 1, metricRefreshRuns: 1, metricRefreshPub: 1,
-		metricRefreshLastRun: 1, metricRefreshAccepted: 1, metricRefreshGate: 6 + 6 + 17, metricRefreshLoss: 1,
+		metricRefreshLastRun: 1, metricRefreshAccepted: 1, metricRefreshGate: 6 + 6 + 18, metricRefreshLoss: 1,
 		metricCycleRuns: 1, metricCycleLastRun: 1, metricCycleAccepted: 1, metricCycleGate: 8, metricCycleLoss: 1, metricCycleReferee: 1,
 	} {
 		if points[name] != want {

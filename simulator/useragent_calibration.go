@@ -39,14 +39,15 @@ type Calibration struct {
 	NamesKnown float64    `json:"names_known,omitempty"`
 	Tone       float64    `json:"tone,omitempty"`
 	PlayerTone float64    `json:"player_tone,omitempty"`
+	Wording    float64    `json:"wording,omitempty"`
 }
 
 // numFeatures is the number of TurnFeatures a Calibration weighs.
-const numFeatures = 11
+const numFeatures = 12
 
 // weights are c's feature weights in the order of TurnFeatures.values.
 func (c *Calibration) weights() [numFeatures]*float64 {
-	return [numFeatures]*float64{&c.OnLast, &c.OffTopic, &c.Repeat, &c.Question, &c.OnEarlier, &c.NamesNew, &c.NoTopic, &c.AsksNamed, &c.NamesKnown, &c.Tone, &c.PlayerTone}
+	return [numFeatures]*float64{&c.OnLast, &c.OffTopic, &c.Repeat, &c.Question, &c.OnEarlier, &c.NamesNew, &c.NoTopic, &c.AsksNamed, &c.NamesKnown, &c.Tone, &c.PlayerTone, &c.Wording}
 }
 
 // Validate rejects a negative or non-finite scale and a non-finite offset
@@ -69,8 +70,8 @@ func (c Calibration) Validate() error {
 // Summary lists c's values, two decimals each, as logs and gate reasons
 // show them.
 func (c Calibration) Summary() string {
-	return fmt.Sprintf("scale %.2f, offset %.2f, early %.2f, on-last %.2f, off-topic %.2f, repeat %.2f, question %.2f, on-earlier %.2f, names-new %.2f, no-topic %.2f, asks-named %.2f, names-known %.2f, tone %.2f, player-tone %.2f",
-		c.Scale, c.Offset, c.Early, c.OnLast, c.OffTopic, c.Repeat, c.Question, c.OnEarlier, c.NamesNew, c.NoTopic, c.AsksNamed, c.NamesKnown, c.Tone, c.PlayerTone)
+	return fmt.Sprintf("scale %.2f, offset %.2f, early %.2f, on-last %.2f, off-topic %.2f, repeat %.2f, question %.2f, on-earlier %.2f, names-new %.2f, no-topic %.2f, asks-named %.2f, names-known %.2f, tone %.2f, player-tone %.2f, wording %.2f",
+		c.Scale, c.Offset, c.Early, c.OnLast, c.OffTopic, c.Repeat, c.Question, c.OnEarlier, c.NamesNew, c.NoTopic, c.AsksNamed, c.NamesKnown, c.Tone, c.PlayerTone, c.Wording)
 }
 
 // TerminationShare is P_T for the raw logit z of an NPC turn with features f.
@@ -294,7 +295,7 @@ const (
 // order; a version fitted before a weight existed carries none, and serves
 // it at 0.
 var weightMetrics = [numFeatures]string{"calibration_on_last", "calibration_off_topic", MetricCalibrationRepeat,
-	"calibration_question", "calibration_on_earlier", "calibration_names_new", "calibration_no_topic", "calibration_asks_named", "calibration_names_known", "calibration_tone", "calibration_player_tone"}
+	"calibration_question", "calibration_on_earlier", "calibration_names_new", "calibration_no_topic", "calibration_asks_named", "calibration_names_known", "calibration_tone", "calibration_player_tone", "calibration_wording"}
 
 // Metrics are the manifest metrics that carry c with a version, fitted on
 // decisions decisions (ForVersion reads them back).

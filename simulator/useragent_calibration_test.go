@@ -112,7 +112,7 @@ func TestUserAgentConfigForVersion(t *testing.T) {
 		t.Errorf("ForVersion(fitted).Calibration = %+v (err %v); want {0.7 -1.5}", got.Calibration, err)
 	}
 	full := Calibration{Scale: 1.3, Offset: 0.9, Early: [3]float64{-0.5, -0.2, 0.1}, OnLast: -0.7, OffTopic: 0.2, Repeat: 0.8,
-		Question: 0.1, OnEarlier: -0.3, NamesNew: 0.4, NoTopic: 0.5, AsksNamed: -0.6, NamesKnown: -0.2, Tone: 0.3, PlayerTone: 0.25}
+		Question: 0.1, OnEarlier: -0.3, NamesNew: 0.4, NoTopic: 0.5, AsksNamed: -0.6, NamesKnown: -0.2, Tone: 0.3, PlayerTone: 0.25, Wording: 0.45}
 	if got, err := base.ForVersion("", schema.Manifest{Metrics: full.Metrics(50)}); err != nil || got.Calibration != full {
 		t.Errorf("ForVersion(%v).Calibration = %+v (err %v); want %+v back", full.Metrics(50), got.Calibration, err, full)
 	}

@@ -14,7 +14,7 @@ import (
 )
 
 // TonePrior is the spread of the normal prior on each word's weight in
-// LearnTone: a word moves the odds of a quit by a factor of about e at
+// LearnTone and LearnWording: a word moves the odds of a quit by a factor of about e at
 // most, unless the sessions show much more.
 const TonePrior = 1.0
 
@@ -28,8 +28,33 @@ const TonePrior = 1.0
 // agent's transformer does not learn to read that at this size. Only what
 // a deployment logs goes in: the players' messages and who quit when.
 func LearnTone(sessions []schema.Dialogue, minMessages int) (map[string]float64, error) {
+	w, err := learnWordWeights(sessions, minMessages, func(e schema.Exchange) string { return e.User })
+	if err != nil {
+		return nil, fmt.Errorf("learn tone: %w", err)
+	}
+	return w, nil
+}
+
+// LearnWording weighs the words of the NPC's turns as LearnTone weighs the
+// players': by how they change the odds that the player ends the session
+// right after the turn. Siblings differ in their words: a retention line
+// ("wait, don't rush off") or a garbled one makes players quit sooner,
+// and the transformer reads that little at this size (docs/experiments,
+// "The NPC's wording"). Only what a deployment logs goes in: the NPC's
+// turns and who quit after which.
+func LearnWording(sessions []schema.Dialogue, minMessages int) (map[string]float64, error) {
+	w, err := learnWordWeights(sessions, minMessages, func(e schema.Exchange) string { return e.NPC })
+	if err != nil {
+		return nil, fmt.Errorf("learn wording: %w", err)
+	}
+	return w, nil
+}
+
+// learnWordWeights is the regression of LearnTone and LearnWording on the
+// words of text of each decision's last exchange.
+func learnWordWeights(sessions []schema.Dialogue, minMessages int, text func(schema.Exchange) string) (map[string]float64, error) {
 	if minMessages < 1 {
-		return nil, fmt.Errorf("learn tone: min messages %d must be at least 1", minMessages)
+		return nil, fmt.Errorf("min messages %d must be at least 1", minMessages)
 	}
 	var msgs [][]string
 	var quit []float64
@@ -39,7 +64,7 @@ func LearnTone(sessions []schema.Dialogue, minMessages int) (map[string]float64,
 		qs, q := DecisionQueries(d, nil, nil)
 		for i, query := range qs {
 			ex := query.Current.Exchanges
-			ws := slices.Sorted(maps.Keys(set(words(ex[len(ex)-1].User))))
+			ws := slices.Sorted(maps.Keys(set(words(text(ex[len(ex)-1])))))
 			for _, w := range ws {
 				count[w]++
 			}
@@ -51,7 +76,7 @@ func LearnTone(sessions []schema.Dialogue, minMessages int) (map[string]float64,
 		}
 	}
 	if quits == 0 || quits == len(quit) {
-		return nil, errors.New("learn tone: need both quits and continues")
+		return nil, errors.New("need both quits and continues")
 	}
 	// Parameter 0 is the intercept, which the tone leaves out: the
 	// calibration has its own offset.
@@ -104,20 +129,20 @@ func LearnTone(sessions []schema.Dialogue, minMessages int) (map[string]float64,
 		Grad: func(grad, x []float64) { objective(grad, x) },
 	}, make([]float64, len(index)+1), nil, &optimize.LBFGS{})
 	if err != nil && res == nil {
-		return nil, fmt.Errorf("learn tone: %w", err)
+		return nil, err
 	}
-	tone := make(map[string]float64, len(index))
+	weights := make(map[string]float64, len(index))
 	for w, j := range index {
-		tone[w] = res.X[j]
+		weights[w] = res.X[j]
 	}
-	return tone, nil
+	return weights, nil
 }
 
 // CrossFitDecisions reads the decisions of logged sessions split in two
-// halves (Decisions), each half's with a tone learned on the other
-// (LearnTone over the words of minMessages messages or more), so that no
-// decision is weighed by a tone learned from it and a calibration can be
-// fitted on both halves. u reads the turns through its word topics, which
+// halves (Decisions), each half's with a tone and a wording learned on the
+// other (LearnTone and LearnWording over the words of minMessages messages
+// or more), so that no decision is weighed by word weights learned from it
+// and a calibration can be fitted on both halves. u reads the turns through its word topics, which
 // must be set.
 func (u *UserAgent) CrossFitDecisions(ctx context.Context, a, b []schema.Dialogue, minMessages int, demos func(schema.Dialogue) []PromptDialogue, risks []float64) ([]Decision, error) {
 	if u.cfg.WordTopics == nil {
@@ -128,6 +153,9 @@ func (u *UserAgent) CrossFitDecisions(ctx context.Context, a, b []schema.Dialogu
 		topics := *u.cfg.WordTopics
 		var err error
 		if topics.Tone, err = LearnTone(half[0], minMessages); err != nil {
+			return nil, fmt.Errorf("cross-fit decisions: %w", err)
+		}
+		if topics.Wording, err = LearnWording(half[0], minMessages); err != nil {
 			return nil, fmt.Errorf("cross-fit decisions: %w", err)
 		}
 		toned, err := u.WithWordTopics(&topics)
@@ -151,12 +179,12 @@ func softplus(z float64) float64 {
 	return math.Log1p(math.Exp(z))
 }
 
-// toneOf is the summed weight of the distinct words of a player's message,
-// in sorted order so that the sum does not vary from run to run.
-func (t *WordTopics) toneOf(message string) float64 {
+// weightOf is the summed weight of the distinct words of a message, in
+// sorted order so that the sum does not vary from run to run.
+func weightOf(weights map[string]float64, message string) float64 {
 	sum := 0.0
 	for _, w := range slices.Sorted(maps.Keys(set(words(message)))) {
-		sum += t.Tone[w]
+		sum += weights[w]
 	}
 	return sum
 }

@@ -83,28 +83,79 @@ func TestLearnToneReadsUpsetPlayers(t *testing.T) {
 	}
 }
 
+// TestLearnWordingReadsTheNPCsLines logs sessions in which players quit
+// after a retention line ("wait, don't rush off!") four times as often as
+// after the NPC's other lines: its words get clear positive weights, the
+// words of the other lines stay near zero, and a turn's Wording is the
+// summed weight of its distinct words, 0 when the topics carry no wording.
+func TestLearnWordingReadsTheNPCsLines(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	lines := []string{"The river is calm.", "Fish bite at dawn.", "I like bread.", "The forge is hot."}
+	var sessions []schema.Dialogue
+	for range 600 {
+		d := schema.Dialogue{SessionID: "s", PlayerID: "p", Reason: schema.EndMaxTurns}
+		for range 8 {
+			npc, h := lines[rng.IntN(len(lines))], 0.08
+			if rng.IntN(4) == 0 {
+				npc, h = "Wait, don't rush off!", 0.32
+			}
+			d.Exchanges = append(d.Exchanges, schema.Exchange{User: "tell me more", NPC: npc})
+			if rng.Float64() < h {
+				d.Reason = schema.EndPlayerEnded
+				break
+			}
+		}
+		sessions = append(sessions, d)
+	}
+	wording, err := LearnWording(sessions, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The line's four words share its log 4 ≈ 1.39, less the prior's pull.
+	if sum := wording["wait"] + wording["don't"] + wording["rush"] + wording["off"]; sum < 1 || sum > 2 {
+		t.Errorf("the retention line weighs %.2f; want about log 4", sum)
+	}
+	for _, w := range []string{"river", "fish", "bread", "forge", "is"} {
+		if math.Abs(wording[w]) > 0.3 {
+			t.Errorf("%q weighs %.2f; want about 0", w, wording[w])
+		}
+	}
+	q := UserAgentQuery{Current: PromptDialogue{Exchanges: []schema.Exchange{{User: "hi", NPC: "Wait, wait... the river!"}}}}
+	if f, want := (&WordTopics{Wording: wording}).featuresOf(q), wording["wait"]+wording["the"]+wording["river"]; math.Abs(f.Wording-want) > 1e-12 {
+		t.Errorf("turn wording %.3f; want its distinct words' %.3f", f.Wording, want)
+	}
+	if f := (&WordTopics{}).featuresOf(q); f.Wording != 0 {
+		t.Errorf("wording %.3f without one; want 0", f.Wording)
+	}
+	if _, err := LearnWording(sessions[:0], 5); err == nil {
+		t.Error("learned a wording without quits")
+	}
+}
+
 // TestCrossFitDecisionsReadsEachHalfWithTheOther logs two halves of
 // sessions in which the players who quit say "ugh" in one half and "zap"
-// in the other: each half's decisions carry the tone learned on the other
-// half, never their own, and a user agent without word topics is refused.
+// in the other, after the NPC said "wait" in one and "hold" in the other:
+// each half's decisions carry the tone and the wording learned on the
+// other half, never their own, and a user agent without word topics is
+// refused.
 func TestCrossFitDecisionsReadsEachHalfWithTheOther(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a tiny model on the CPU")
 	}
 	eng, _ := tinyUserAgentEngine(t)
-	half := func(player, word string) []schema.Dialogue {
+	half := func(player, word, npcWord string) []schema.Dialogue {
 		var ds []schema.Dialogue
 		for i := range 24 {
 			d := schema.Dialogue{SessionID: fmt.Sprintf("%s-%d", player, i), PlayerID: fmt.Sprintf("%s%d", player, i%3), Reason: schema.EndMaxTurns,
 				Exchanges: []schema.Exchange{{User: "the forge is hot", NPC: "Hot?"}, {User: "my cat sleeps", NPC: "Aye."}}}
 			if i%2 == 0 {
-				d.Exchanges[1].User, d.Reason = word+" my cat", schema.EndPlayerEnded
+				d.Exchanges[1].User, d.Exchanges[1].NPC, d.Reason = word+" my cat", npcWord+", aye.", schema.EndPlayerEnded
 			}
 			ds = append(ds, d)
 		}
 		return ds
 	}
-	a, b := half("a", "ugh"), half("b", "zap")
+	a, b := half("a", "ugh", "wait"), half("b", "zap", "hold")
 	ua, err := NewUserAgent(eng, DefaultUserAgentConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -120,24 +171,33 @@ func TestCrossFitDecisionsReadsEachHalfWithTheOther(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	toneA, errA := LearnTone(a, 5)
-	toneB, errB := LearnTone(b, 5)
-	if errA != nil || errB != nil {
-		t.Fatal(errA, errB)
+	learn := func(sessions []schema.Dialogue) (tone, wording map[string]float64) {
+		tone, err := LearnTone(sessions, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wording, err = LearnWording(sessions, 5); err != nil {
+			t.Fatal(err)
+		}
+		return tone, wording
 	}
-	if toneA["ugh"] < 0.5 || toneB["zap"] < 0.5 {
-		t.Fatalf("ugh weighs %.2f in a, zap %.2f in b; want each to read its half's quits", toneA["ugh"], toneB["zap"])
+	toneA, wordingA := learn(a)
+	toneB, wordingB := learn(b)
+	if toneA["ugh"] < 0.5 || toneB["zap"] < 0.5 || wordingA["wait"] < 0.5 || wordingB["hold"] < 0.5 {
+		t.Fatalf("ugh weighs %.2f and wait %.2f in a, zap %.2f and hold %.2f in b; want each to read its half's quits",
+			toneA["ugh"], wordingA["wait"], toneB["zap"], wordingB["hold"])
 	}
-	// b's decisions come first, read with a's tone; then a's, with b's.
-	var want []float64
+	// b's decisions come first, read with a's tone and wording; then a's, with b's.
+	var want []TurnFeatures
 	for _, h := range []struct {
-		sessions []schema.Dialogue
-		tone     map[string]float64
-	}{{b, toneA}, {a, toneB}} {
+		sessions      []schema.Dialogue
+		tone, wording map[string]float64
+	}{{b, toneA, wordingA}, {a, toneB, wordingB}} {
 		for _, d := range h.sessions {
 			qs, _ := DecisionQueries(d, nil, nil)
 			for _, q := range qs {
-				want = append(want, (&WordTopics{Tone: h.tone}).toneOf(q.Current.Exchanges[len(q.Current.Exchanges)-1].User))
+				last := q.Current.Exchanges[len(q.Current.Exchanges)-1]
+				want = append(want, TurnFeatures{Tone: weightOf(h.tone, last.User), Wording: weightOf(h.wording, last.NPC)})
 			}
 		}
 	}
@@ -145,8 +205,9 @@ func TestCrossFitDecisionsReadsEachHalfWithTheOther(t *testing.T) {
 		t.Fatalf("%d decisions; want %d", len(ds), len(want))
 	}
 	for i, d := range ds {
-		if math.Abs(d.Features.Tone-want[i]) > 1e-12 {
-			t.Fatalf("decision %d reads tone %.3f; want %.3f, the other half's", i, d.Features.Tone, want[i])
+		if math.Abs(d.Features.Tone-want[i].Tone) > 1e-12 || math.Abs(d.Features.Wording-want[i].Wording) > 1e-12 {
+			t.Fatalf("decision %d reads tone %.3f and wording %.3f; want %.3f and %.3f, the other half's",
+				i, d.Features.Tone, d.Features.Wording, want[i].Tone, want[i].Wording)
 		}
 	}
 }

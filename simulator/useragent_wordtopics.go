@@ -29,10 +29,13 @@ const WordTopicsFile = "word_topics.json"
 // what the user agent's transformer does not learn to read at this size.
 // Tone, when set, weighs the words of a player's message by how they
 // change the odds of a quit after the next NPC turn (LearnTone): how the
-// calibration reads the player's mood.
+// calibration reads the player's mood. Wording, when set, weighs the words
+// of an NPC turn by how they change the odds of a quit after it
+// (LearnWording).
 type WordTopics struct {
-	Words map[string]int     `json:"words"`
-	Tone  map[string]float64 `json:"tone,omitempty"`
+	Words   map[string]int     `json:"words"`
+	Tone    map[string]float64 `json:"tone,omitempty"`
+	Wording map[string]float64 `json:"wording,omitempty"`
 }
 
 // WordTopicsConfig sizes LearnWordTopics: Topics clusters of word vectors
@@ -334,7 +337,8 @@ func (t *WordTopics) topicsOf(text string) map[int]bool {
 // tone of the player's last message (WordTopics.Tone), PlayerTone the mean
 // tone of the player's messages before it, in the demos and this dialogue
 // (how the player talks: a player who insults or despairs in one session
-// does in the next); each 0 without one.
+// does in the next); each 0 without one. Wording is the summed weight of
+// the turn's distinct words (WordTopics.Wording), 0 without one.
 type TurnFeatures struct {
 	Turn                int
 	OnLast, OffTopic    float64
@@ -344,11 +348,12 @@ type TurnFeatures struct {
 	NoTopic, AsksNamed  float64
 	NamesKnown          float64
 	Tone, PlayerTone    float64
+	Wording             float64
 }
 
 // values are f's features in the order of Calibration.weights.
 func (f TurnFeatures) values() [numFeatures]float64 {
-	return [numFeatures]float64{f.OnLast, f.OffTopic, f.Repeat, f.Question, f.OnEarlier, f.NamesNew, f.NoTopic, f.AsksNamed, f.NamesKnown, f.Tone, f.PlayerTone}
+	return [numFeatures]float64{f.OnLast, f.OffTopic, f.Repeat, f.Question, f.OnEarlier, f.NamesNew, f.NoTopic, f.AsksNamed, f.NamesKnown, f.Tone, f.PlayerTone, f.Wording}
 }
 
 // Features reads an NPC turn's features but Repeat against the player's
@@ -359,17 +364,23 @@ func (t *WordTopics) Features(earlier, player []string, npc string) TurnFeatures
 	if strings.Contains(npc, "?") {
 		f.Question = 1
 	}
-	if t == nil || len(player) == 0 {
+	if t == nil {
 		return f
 	}
-	f.Tone = t.toneOf(player[len(player)-1])
+	if len(t.Wording) > 0 {
+		f.Wording = weightOf(t.Wording, npc)
+	}
+	if len(player) == 0 {
+		return f
+	}
+	f.Tone = weightOf(t.Tone, player[len(player)-1])
 	if n := len(earlier) + len(player) - 1; n > 0 && len(t.Tone) > 0 { // no tone, no words to weigh
 		sum := 0.0
 		for _, m := range earlier {
-			sum += t.toneOf(m)
+			sum += weightOf(t.Tone, m)
 		}
 		for _, m := range player[:len(player)-1] {
-			sum += t.toneOf(m)
+			sum += weightOf(t.Tone, m)
 		}
 		f.PlayerTone = sum / float64(n)
 	}

@@ -169,7 +169,7 @@ func TestLearnWordTopicsLeavesOutWordsOfEveryTopic(t *testing.T) {
 func TestFitCalibrationReadsFeatures(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	truth := Calibration{Scale: 1, Offset: -2.5, Early: [3]float64{-0.8, -0.4, 0}, OnLast: -0.7, OffTopic: 1.0, Repeat: 1.5,
-		Question: -0.5, OnEarlier: -0.4, NamesNew: 0.3, NoTopic: 0.8, AsksNamed: -0.6, NamesKnown: -0.9, Tone: 0.8, PlayerTone: 0.6}
+		Question: -0.5, OnEarlier: -0.4, NamesNew: 0.3, NoTopic: 0.8, AsksNamed: -0.6, NamesKnown: -0.9, Tone: 0.8, PlayerTone: 0.6, Wording: 0.7}
 	var ds []Decision
 	for range 12000 {
 		f := TurnFeatures{Turn: 1 + rng.IntN(5), Question: float64(rng.IntN(2))}
@@ -186,7 +186,7 @@ func TestFitCalibrationReadsFeatures(t *testing.T) {
 		if rng.IntN(3) == 0 {
 			f.Repeat = rng.Float64()
 		}
-		f.Tone, f.PlayerTone = 0.5*rng.NormFloat64(), 0.4*rng.NormFloat64()
+		f.Tone, f.PlayerTone, f.Wording = 0.5*rng.NormFloat64(), 0.4*rng.NormFloat64(), 0.5*rng.NormFloat64()
 		z := rng.NormFloat64()
 		p := EndProbability(truth.TerminationShare(0, f), 1)
 		ds = append(ds, Decision{Logit: z, Features: f, Quit: rng.Float64() < p})

@@ -17,10 +17,11 @@ import (
 // read as a deployment logs them: what the players said and who quit after
 // which NPC turn, never their hidden hazard. The calibration reads turns
 // through word topics learned, as the learner's refresh learns them, from
-// the training players' messages in the corpus, and the players through a
-// tone cross-fitted on the Profile.CalibrationSessions sessions split in
-// two halves by player (simulator.UserAgent.CrossFitDecisions); the agent
-// then reads the tone learned on all of them. Then, as the refresh does, it matches the length
+// the training players' messages in the corpus, and the players' and the
+// NPC's words through a tone and a wording cross-fitted on the
+// Profile.CalibrationSessions sessions split in two halves by player
+// (simulator.UserAgent.CrossFitDecisions); the agent then reads the tone
+// and wording learned on all of them. Then, as the refresh does, it matches the length
 // (rl.MatchSessions): the offset moves so that the policy's dialogues
 // with the calibrated agent, from the openings of the sessions it was
 // fitted on, last as long as those sessions did. It returns ua as it is
@@ -76,6 +77,9 @@ func (e *env) calibrate(ctx context.Context, npcDir string, ua *simulator.UserAg
 	}
 	topics := *e.topics
 	if topics.Tone, err = simulator.LearnTone(logged, minMessages); err != nil {
+		return nil, fmt.Errorf("calibrate user agent: %w", err)
+	}
+	if topics.Wording, err = simulator.LearnWording(logged, minMessages); err != nil {
 		return nil, fmt.Errorf("calibrate user agent: %w", err)
 	}
 	if ua, err = ua.WithWordTopics(&topics); err != nil {

@@ -63,7 +63,8 @@ type Profile struct {
 	// CalibrationSessions sessions of the SFT policy with the training
 	// personas are logged before any RL; the user agent's logit
 	// calibration is fitted on who quit when, with the tone of the
-	// players' words cross-fitted on two halves of the players (0: none).
+	// players' words and the wording of the NPC's cross-fitted on two
+	// halves of the players (0: none).
 	CalibrationSessions int `json:"calibration_sessions,omitempty"`
 	// Fidelity adds AT-GRPO trained on the ground-truth players (an oracle
 	// user agent) to a run against the user agent, for the acceptance's
