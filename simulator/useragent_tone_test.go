@@ -18,25 +18,16 @@ import (
 func TestLearnToneReadsUpsetPlayers(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	topics := []string{"fishing is fun", "the forge is hot", "my cat sleeps", "bread and cheese"}
-	var sessions []schema.Dialogue
-	for i := range 600 {
-		d := schema.Dialogue{SessionID: "s", PlayerID: "p", Reason: schema.EndMaxTurns}
-		for k := range 8 {
-			msg, h := topics[rng.IntN(len(topics))], 0.08
-			if rng.IntN(4) == 0 {
-				msg, h = "ugh "+msg, 0.32
-			}
-			if i < 4 && k == 0 {
-				msg += " zephyr" // in four messages
-			}
-			d.Exchanges = append(d.Exchanges, schema.Exchange{User: msg, NPC: "I see."})
-			if rng.Float64() < h {
-				d.Reason = schema.EndPlayerEnded
-				break
-			}
+	sessions := logSessions(rng, func(i, k int) (schema.Exchange, float64) {
+		msg, h := topics[rng.IntN(len(topics))], 0.08
+		if rng.IntN(4) == 0 {
+			msg, h = "ugh "+msg, 0.32
 		}
-		sessions = append(sessions, d)
-	}
+		if i < 4 && k == 0 {
+			msg += " zephyr" // in four messages
+		}
+		return schema.Exchange{User: msg, NPC: "I see."}, h
+	})
 	tone, err := LearnTone(sessions, 5)
 	if err != nil {
 		t.Fatal(err)
@@ -91,22 +82,13 @@ func TestLearnToneReadsUpsetPlayers(t *testing.T) {
 func TestLearnWordingReadsTheNPCsLines(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
 	lines := []string{"The river is calm.", "Fish bite at dawn.", "I like bread.", "The forge is hot."}
-	var sessions []schema.Dialogue
-	for range 600 {
-		d := schema.Dialogue{SessionID: "s", PlayerID: "p", Reason: schema.EndMaxTurns}
-		for range 8 {
-			npc, h := lines[rng.IntN(len(lines))], 0.08
-			if rng.IntN(4) == 0 {
-				npc, h = "Wait, don't rush off!", 0.32
-			}
-			d.Exchanges = append(d.Exchanges, schema.Exchange{User: "tell me more", NPC: npc})
-			if rng.Float64() < h {
-				d.Reason = schema.EndPlayerEnded
-				break
-			}
+	sessions := logSessions(rng, func(int, int) (schema.Exchange, float64) {
+		npc, h := lines[rng.IntN(len(lines))], 0.08
+		if rng.IntN(4) == 0 {
+			npc, h = "Wait, don't rush off!", 0.32
 		}
-		sessions = append(sessions, d)
-	}
+		return schema.Exchange{User: "tell me more", NPC: npc}, h
+	})
 	wording, err := LearnWording(sessions, 5)
 	if err != nil {
 		t.Fatal(err)
@@ -210,4 +192,23 @@ func TestCrossFitDecisionsReadsEachHalfWithTheOther(t *testing.T) {
 				i, d.Features.Tone, d.Features.Wording, want[i].Tone, want[i].Wording)
 		}
 	}
+}
+
+// logSessions logs 600 sessions of up to 8 exchanges, exchange k of
+// session i from next with the hazard at which the player quits after it.
+func logSessions(rng *rand.Rand, next func(i, k int) (schema.Exchange, float64)) []schema.Dialogue {
+	var sessions []schema.Dialogue
+	for i := range 600 {
+		d := schema.Dialogue{SessionID: "s", PlayerID: "p", Reason: schema.EndMaxTurns}
+		for k := range 8 {
+			e, h := next(i, k)
+			d.Exchanges = append(d.Exchanges, e)
+			if rng.Float64() < h {
+				d.Reason = schema.EndPlayerEnded
+				break
+			}
+		}
+		sessions = append(sessions, d)
+	}
+	return sessions
 }
