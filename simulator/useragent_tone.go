@@ -14,8 +14,8 @@ import (
 )
 
 // TonePrior is the spread of the normal prior on each word's weight in
-// LearnTone and LearnWording: a word moves the odds of a quit by a factor of about e at
-// most, unless the sessions show much more.
+// LearnTone and LearnWording: a word moves the odds of a quit by a factor
+// of about e at most, unless the sessions show much more.
 const TonePrior = 1.0
 
 // LearnTone weighs the words of players' messages by how they change the
@@ -78,7 +78,7 @@ func learnWordWeights(sessions []schema.Dialogue, minMessages int, text func(sch
 	if quits == 0 || quits == len(quit) {
 		return nil, errors.New("need both quits and continues")
 	}
-	// Parameter 0 is the intercept, which the tone leaves out: the
+	// Parameter 0 is the intercept, which the weights leave out: the
 	// calibration has its own offset.
 	index := map[string]int{}
 	for _, w := range slices.Sorted(maps.Keys(count)) {
@@ -142,8 +142,8 @@ func learnWordWeights(sessions []schema.Dialogue, minMessages int, text func(sch
 // halves (Decisions), each half's with a tone and a wording learned on the
 // other (LearnTone and LearnWording over the words of minMessages messages
 // or more), so that no decision is weighed by word weights learned from it
-// and a calibration can be fitted on both halves. u reads the turns through its word topics, which
-// must be set.
+// and a calibration can be fitted on both halves. u reads the turns
+// through its word topics, which must be set.
 func (u *UserAgent) CrossFitDecisions(ctx context.Context, a, b []schema.Dialogue, minMessages int, demos func(schema.Dialogue) []PromptDialogue, risks []float64) ([]Decision, error) {
 	if u.cfg.WordTopics == nil {
 		return nil, errors.New("cross-fit decisions: the user agent has no word topics")

@@ -21,10 +21,10 @@ import (
 // NPC's words through a tone and a wording cross-fitted on the
 // Profile.CalibrationSessions sessions split in two halves by player
 // (simulator.UserAgent.CrossFitDecisions); the agent then reads the tone
-// and wording learned on all of them. Then, as the refresh does, it matches the length
-// (rl.MatchSessions): the offset moves so that the policy's dialogues
-// with the calibrated agent, from the openings of the sessions it was
-// fitted on, last as long as those sessions did. It returns ua as it is
+// and wording learned on all of them. Then, as the refresh does, it
+// matches the length (rl.MatchSessions): the offset moves so that the
+// policy's dialogues with the calibrated agent, from the openings of the
+// sessions it was fitted on, last as long as those sessions did. It returns ua as it is
 // when the profile asks for no calibration.
 func (e *env) calibrate(ctx context.Context, npcDir string, ua *simulator.UserAgent) (*simulator.UserAgent, error) {
 	n := e.prof.CalibrationSessions
