@@ -180,8 +180,12 @@ func softplus(z float64) float64 {
 }
 
 // weightOf is the summed weight of the distinct words of a message, in
-// sorted order so that the sum does not vary from run to run.
+// sorted order so that the sum does not vary from run to run; 0 without
+// weights, without reading the message.
 func weightOf(weights map[string]float64, message string) float64 {
+	if len(weights) == 0 {
+		return 0
+	}
 	sum := 0.0
 	for _, w := range slices.Sorted(maps.Keys(set(words(message)))) {
 		sum += weights[w]

@@ -367,14 +367,12 @@ func (t *WordTopics) Features(earlier, player []string, npc string) TurnFeatures
 	if t == nil {
 		return f
 	}
-	if len(t.Wording) > 0 {
-		f.Wording = weightOf(t.Wording, npc)
-	}
+	f.Wording = weightOf(t.Wording, npc)
 	if len(player) == 0 {
 		return f
 	}
 	f.Tone = weightOf(t.Tone, player[len(player)-1])
-	if n := len(earlier) + len(player) - 1; n > 0 && len(t.Tone) > 0 { // no tone, no words to weigh
+	if n := len(earlier) + len(player) - 1; n > 0 {
 		sum := 0.0
 		for _, m := range earlier {
 			sum += weightOf(t.Tone, m)

@@ -24,8 +24,8 @@ import (
 // and wording learned on all of them. Then, as the refresh does, it
 // matches the length (rl.MatchSessions): the offset moves so that the
 // policy's dialogues with the calibrated agent, from the openings of the
-// sessions it was fitted on, last as long as those sessions did. It returns ua as it is
-// when the profile asks for no calibration.
+// sessions it was fitted on, last as long as those sessions did. It
+// returns ua as it is when the profile asks for no calibration.
 func (e *env) calibrate(ctx context.Context, npcDir string, ua *simulator.UserAgent) (*simulator.UserAgent, error) {
 	n := e.prof.CalibrationSessions
 	if n == 0 {
